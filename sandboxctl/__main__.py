@@ -1,0 +1,3 @@
+from sandboxctl.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""Thin Typer commands: parse flags, call the core or a service, render with rich."""

@@ -1,0 +1,81 @@
+"""Flags shared by every command that has the behaviour behind them, defined once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+
+import typer
+
+from sandboxctl.core.durations import format_duration, parse_duration
+from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.freshness import (
+    DEFAULT_PUBLISH_INTERVAL,
+    DEFAULT_STALE_AFTER,
+    FreshnessRule,
+    ReferenceMode,
+)
+from sandboxctl.core.timestamps import parse_rfc3339
+
+
+def parse_duration_flag(value: str | timedelta) -> timedelta:
+    """Typer parser for duration flags; a bad value names the flag via click."""
+    if isinstance(value, timedelta):
+        return value
+    try:
+        return parse_duration(value)
+    except InvalidValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
+def parse_time_flag(value: str | datetime) -> datetime:
+    """Typer parser for RFC 3339 flags."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        return parse_rfc3339(value)
+    except InvalidValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
+StaleAfter = Annotated[
+    timedelta,
+    typer.Option(
+        "--inventory-stale-after",
+        "--stale-after",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="Drop a node whose publish trails the reference by more than this.",
+        show_default=format_duration(DEFAULT_STALE_AFTER),
+    ),
+]
+Reference = Annotated[
+    ReferenceMode,
+    typer.Option(
+        "--inventory-reference",
+        "--reference",
+        help="publish: reference = min(newest publish, now). extrapolate: also advance it "
+        "with this reader's clock by at most one publish interval.",
+        case_sensitive=False,
+    ),
+]
+PublishInterval = Annotated[
+    timedelta,
+    typer.Option(
+        "--publish-interval",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="How often every node publishes its inventory.",
+        show_default=format_duration(DEFAULT_PUBLISH_INTERVAL),
+    ),
+]
+
+
+def freshness_rule(
+    stale_after: timedelta,
+    reference: ReferenceMode,
+    publish_interval: timedelta,
+    allow_unsafe: bool = False,
+) -> FreshnessRule:
+    """The rule the flags describe, refused (one line, exit 2) when it cannot be safe."""
+    return FreshnessRule(stale_after, reference, publish_interval).validate(allow_unsafe)

@@ -1,0 +1,274 @@
+"""The freshness rule played over a deterministic timeline of publishes and faults.
+
+Each node publishes every ``publish_interval``, node *i* of *n* offset by ``i/n`` of an
+interval so the fleet's stamps are spread as they are in practice. Faults: a node killed
+at a time stops publishing and a restart resumes it; a control-plane write outage makes
+every publish in its window fail; a skewed node stamps its own wrong clock; an old
+publisher never stamps. A reader reads the fleet every ``read_tick`` through the real
+:class:`FleetSnapshot` and :class:`FreshnessRule`, and every change in who it lists is
+recorded with the reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.freshness import FreshnessRule, ReferenceMode
+from sandboxctl.core.model import NodeInventory
+from sandboxctl.core.snapshot import FleetSnapshot, FleetView
+
+# A fixed origin keeps every run identical; only offsets from it are ever shown.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    nodes: tuple[str, ...]
+    rule: FreshnessRule
+    until: timedelta
+    read_tick: timedelta = timedelta(seconds=1)
+    kills: Mapping[str, tuple[timedelta, ...]] = field(default_factory=dict)
+    restarts: Mapping[str, tuple[timedelta, ...]] = field(default_factory=dict)
+    outages: tuple[tuple[timedelta, timedelta], ...] = ()
+    skews: Mapping[str, timedelta] = field(default_factory=dict)
+    old_publishers: frozenset[str] = frozenset()
+
+    def check(self) -> Scenario:
+        """Refuse a scenario that names unknown nodes or impossible times."""
+        if not self.nodes:
+            raise InvalidValueError("--nodes: name at least one node")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise InvalidValueError("--nodes: a node is named twice")
+        named = {
+            "--kill": self.kills.keys(),
+            "--restart": self.restarts.keys(),
+            "--skew": self.skews.keys(),
+            "--old-publisher": self.old_publishers,
+        }
+        for flag, names in named.items():
+            for name in names:
+                if name not in self.nodes:
+                    raise InvalidValueError(f"{flag}: unknown node {name!r} (not in --nodes)")
+        if self.until <= timedelta(0):
+            raise InvalidValueError("--until must be positive")
+        if self.read_tick <= timedelta(0):
+            raise InvalidValueError("--read-tick must be positive")
+        for start, end in self.outages:
+            if end <= start:
+                raise InvalidValueError(
+                    f"--outage {format_offset(start)}-{format_offset(end)}: end before start"
+                )
+        return self
+
+
+class Change(enum.StrEnum):
+    JOINED = "joined"
+    LEFT = "left"
+    RETURNED = "returned"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    node: str
+    at: timedelta
+    change: Change
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveBound:
+    """When a killed node must leave, and when it did."""
+
+    node: str
+    last_publish: timedelta
+    earliest: timedelta
+    latest: timedelta
+    left_at: timedelta | None
+
+    @property
+    def held(self) -> bool:
+        return self.left_at is not None and self.earliest <= self.left_at <= self.latest
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    scenario: Scenario
+    transitions: tuple[Transition, ...]
+    bounds: tuple[LeaveBound, ...]
+    final_states: Mapping[str, str]
+    warnings: tuple[str, ...]
+
+
+class _Publish(enum.IntEnum):
+    # Order of simultaneous events: faults first, so a kill at 30s stops the 30s publish.
+    KILL = 0
+    RESTART = 1
+    PUBLISH = 2
+
+
+def simulate(scenario: Scenario) -> SimulationResult:
+    scenario.check()
+    rule = scenario.rule
+    interval = rule.publish_interval
+    events: list[tuple[timedelta, int, int, str]] = []
+    for index, node in enumerate(scenario.nodes):
+        offset = interval * index / len(scenario.nodes)
+        heapq.heappush(events, (offset, _Publish.PUBLISH, index, node))
+        for at in scenario.kills.get(node, ()):
+            heapq.heappush(events, (at, _Publish.KILL, index, node))
+        for at in scenario.restarts.get(node, ()):
+            heapq.heappush(events, (at, _Publish.RESTART, index, node))
+
+    alive = dict.fromkeys(scenario.nodes, True)
+    last_publish: dict[str, timedelta] = {}
+    killed_at: dict[str, timedelta] = {}
+    listed: dict[str, bool] = {}
+    transitions: list[Transition] = []
+    open_bounds: dict[str, LeaveBound] = {}
+    bounds: list[LeaveBound] = []
+    snapshot = FleetSnapshot.empty(stall_after=interval)
+    ticks = int(scenario.until / scenario.read_tick)
+
+    for tick in range(ticks + 1):
+        now_offset = scenario.read_tick * tick
+        while events and events[0][0] <= now_offset:
+            at, kind, index, node = heapq.heappop(events)
+            if kind == _Publish.KILL:
+                alive[node] = False
+                killed_at[node] = at
+                if node in last_publish:
+                    open_bounds[node] = _bound(scenario, node, last_publish[node])
+            elif kind == _Publish.RESTART:
+                if not alive[node]:
+                    alive[node] = True
+                    heapq.heappush(events, (at, _Publish.PUBLISH, index, node))
+            elif alive[node]:
+                heapq.heappush(events, (at + interval, _Publish.PUBLISH, index, node))
+                if not _in_outage(scenario, at):
+                    snapshot = snapshot.replace(_publish(scenario, node, at), at.total_seconds())
+                    last_publish[node] = at
+        view = snapshot.view(rule, EPOCH + now_offset, now_offset.total_seconds())
+        for node in scenario.nodes:
+            present = snapshot.record(node) is not None and view.is_fresh(node)
+            before = listed.get(node)
+            if present == before or (before is None and not present):
+                continue
+            listed[node] = present
+            change = (
+                Change.JOINED if before is None else (Change.RETURNED if present else Change.LEFT)
+            )
+            reason = _reason(scenario, view, node, change, last_publish, killed_at, now_offset)
+            transitions.append(Transition(node, now_offset, change, reason))
+            if change is Change.LEFT and node in open_bounds:
+                bound = open_bounds.pop(node)
+                bounds.append(replace(bound, left_at=now_offset))
+    bounds.extend(open_bounds.values())
+    final = snapshot.view(
+        rule, EPOCH + scenario.read_tick * ticks, (scenario.read_tick * ticks).total_seconds()
+    )
+    final_states = {
+        node: (final.state(node).value if snapshot.record(node) else "absent")
+        for node in scenario.nodes
+    }
+    return SimulationResult(
+        scenario=scenario,
+        transitions=tuple(transitions),
+        bounds=tuple(sorted(bounds, key=lambda b: (b.last_publish, b.node))),
+        final_states=final_states,
+        warnings=tuple(_warnings(scenario)),
+    )
+
+
+def _publish(scenario: Scenario, node: str, at: timedelta) -> NodeInventory:
+    stamp = None
+    if node not in scenario.old_publishers:
+        stamp = EPOCH + at + scenario.skews.get(node, timedelta(0))
+    return NodeInventory(node=node, address=f"{node}:7777", published_at=stamp)
+
+
+def _in_outage(scenario: Scenario, at: timedelta) -> bool:
+    return any(start <= at < end for start, end in scenario.outages)
+
+
+def _bound(scenario: Scenario, node: str, last: timedelta) -> LeaveBound:
+    """Between stale-after and stale-after plus one interval (publish mode) or one read tick
+    (extrapolate) after the last publish; an outage in the way shifts the bound by its
+    length less one interval (the stall credit), plus one interval of slack."""
+    rule = scenario.rule
+    interval = rule.publish_interval
+    slack = scenario.read_tick
+    if rule.mode is ReferenceMode.PUBLISH:
+        slack += interval
+    earliest = last + rule.stale_after
+    latest = earliest + slack
+    for start, end in sorted(scenario.outages):
+        if end > last and start < latest:
+            length = end - max(start, last)
+            earliest += max(timedelta(0), length - interval)
+            latest += length + interval
+    return LeaveBound(node, last, earliest, latest, None)
+
+
+def _reason(
+    scenario: Scenario,
+    view: FleetView,
+    node: str,
+    change: Change,
+    last_publish: Mapping[str, timedelta],
+    killed_at: Mapping[str, timedelta],
+    now: timedelta,
+) -> str:
+    fmt = format_offset
+    if change is Change.JOINED:
+        return "first publish" + _stamp_note(scenario, node)
+    if change is Change.RETURNED:
+        return f"published again at {fmt(last_publish[node])}" + _stamp_note(scenario, node)
+    reference = view.reference
+    age = view.age(node)
+    assert age is not None
+    why = f"age {fmt(age)} > stale-after {fmt(scenario.rule.stale_after)} behind the reference"
+    why += f" ({reference.origin.value})"
+    if node in killed_at and killed_at[node] <= now:
+        cause = f"killed at {fmt(killed_at[node])}"
+    elif node in scenario.skews:
+        cause = f"clock skewed {fmt(scenario.skews[node])}"
+    else:
+        cause = "no publish landed"
+    return f"{cause}; last publish at {fmt(last_publish[node])}; {why}"
+
+
+def _stamp_note(scenario: Scenario, node: str) -> str:
+    if node in scenario.old_publishers:
+        return " (unstamped: an old publisher is always fresh)"
+    skew = scenario.skews.get(node)
+    if skew:
+        return f" (stamps skewed {format_offset(skew)})"
+    return ""
+
+
+def _warnings(scenario: Scenario) -> list[str]:
+    warnings = list(scenario.rule.warnings())
+    for node, skew in scenario.skews.items():
+        if -skew > scenario.rule.stale_after:
+            warnings.append(
+                f"{node}'s clock runs {format_offset(-skew)} behind, more than stale-after: "
+                "it is dropped while it is alive"
+            )
+    for node, skew in scenario.skews.items():
+        if skew > timedelta(0):
+            warnings.append(
+                f"{node} stamps {format_offset(skew)} ahead of the reader: while it is newest the "
+                "reference is capped by the reader's clock, so an outage longer than stale-after "
+                "drops the other nodes"
+            )
+    return warnings
+
+
+def format_offset(value: timedelta) -> str:
+    """Offsets on the timeline in plain seconds (``97.5s``), as the flags name them."""
+    return f"{value.total_seconds():g}s"

@@ -1,0 +1,404 @@
+"""The fleet snapshot: an immutable, indexed view of every node's inventory.
+
+Readers share one snapshot without copying it; a writer replaces one node at a time and
+gets a new snapshot that shares everything else (the indexes are persistent hash maps), so
+replacing a node costs that node's entries, never the fleet's.
+
+Freshness is not baked in: :meth:`FleetSnapshot.view` applies a :class:`FreshnessRule` at
+read time, so the same snapshot answers differently as the reader's clock moves.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, TypeVar
+
+import immutables
+
+from sandboxctl.core.freshness import FreshnessRule, NodeState, Reference
+from sandboxctl.core.model import Entry, NodeInventory, PoolKey
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """An entry and the node that holds it."""
+
+    node: str
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A stretch longer than one publish interval in which this reader saw no new stamp.
+
+    Nobody could publish (a control-plane write outage, or this reader cut off), so the
+    time is not held against the nodes stamped before it: each of them is credited with
+    ``excess``, the part of the stall beyond one publish interval.
+    """
+
+    before: datetime  # the newest stamp when the stall began
+    excess: timedelta
+
+
+MAX_STALLS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class WarmCandidate:
+    node: str
+    address: str
+    warm: int
+
+
+class NodeRecord:
+    """One node's inventory with its own indexes, built once when the node is replaced."""
+
+    __slots__ = ("by_id", "by_name", "inventory", "warm")
+
+    def __init__(self, inventory: NodeInventory) -> None:
+        self.inventory = inventory
+        by_name: dict[tuple[str, str], Entry] = {}
+        by_id: dict[str, Entry] = {}
+        for entry in inventory.entries:
+            # A name claimed twice on one node: the first in publish order answers.
+            by_name.setdefault(entry.namespaced_name, entry)
+            if entry.id:
+                by_id.setdefault(entry.id, entry)
+        self.by_name = by_name
+        self.by_id = by_id
+        warm: dict[PoolKey, int] = {}
+        if inventory.address:
+            for pool in inventory.pools:
+                if pool.warm > 0:
+                    warm[pool.key] = warm.get(pool.key, 0) + pool.warm
+        self.warm = warm
+
+    @property
+    def stamp(self) -> datetime | None:
+        return self.inventory.published_at
+
+
+class _NodeSetIndex(Generic[K]):
+    """Key -> sorted tuple of nodes, kept in a persistent map."""
+
+    @staticmethod
+    def update(
+        index: immutables.Map[K, tuple[str, ...]],
+        node: str,
+        old_keys: Iterable[K],
+        new_keys: Iterable[K],
+    ) -> immutables.Map[K, tuple[str, ...]]:
+        old = set(old_keys)
+        new = set(new_keys)
+        gone = old - new
+        added = new - old
+        if not gone and not added:
+            return index
+        mutation = index.mutate()
+        for key in gone:
+            nodes = tuple(n for n in mutation.get(key, ()) if n != node)
+            if nodes:
+                mutation[key] = nodes
+            else:
+                del mutation[key]
+        for key in added:
+            nodes = mutation.get(key, ())
+            if node not in nodes:
+                at = bisect.bisect(nodes, node)
+                mutation[key] = (*nodes[:at], node, *nodes[at:])
+        return mutation.finish()
+
+
+class FleetSnapshot:
+    """Every node's inventory and the fleet-wide indexes; never changes once built."""
+
+    __slots__ = (
+        "_by_id",
+        "_by_name",
+        "_nodes",
+        "_records",
+        "_warm",
+        "newest",
+        "newest_seen_at",
+        "stall_after",
+        "stalls",
+    )
+
+    def __init__(
+        self,
+        records: immutables.Map[str, NodeRecord],
+        nodes: tuple[str, ...],
+        by_name: immutables.Map[tuple[str, str], tuple[str, ...]],
+        by_id: immutables.Map[str, tuple[str, ...]],
+        warm: immutables.Map[PoolKey, tuple[WarmCandidate, ...]],
+        newest: datetime | None,
+        newest_seen_at: float | None,
+        stall_after: timedelta | None,
+        stalls: tuple[Stall, ...],
+    ) -> None:
+        self._records = records
+        self._nodes = nodes
+        self._by_name = by_name
+        self._by_id = by_id
+        self._warm = warm
+        self.newest = newest
+        self.newest_seen_at = newest_seen_at
+        self.stall_after = stall_after
+        self.stalls = stalls
+
+    # --- building ----------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls, stall_after: timedelta | None = None) -> FleetSnapshot:
+        """An empty fleet. ``stall_after`` (the publish interval) turns on stall credit:
+        a stretch longer than it in which no new stamp arrives is not held against the
+        nodes stamped before it. None keeps the bare rule."""
+        return cls(
+            immutables.Map(),
+            (),
+            immutables.Map(),
+            immutables.Map(),
+            immutables.Map(),
+            None,
+            None,
+            stall_after,
+            (),
+        )
+
+    @classmethod
+    def build(
+        cls,
+        inventories: Iterable[NodeInventory],
+        seen_at: float | None = None,
+        stall_after: timedelta | None = None,
+    ) -> FleetSnapshot:
+        snapshot = cls.empty(stall_after)
+        for inventory in inventories:
+            snapshot = snapshot.replace(inventory, seen_at)
+        return snapshot
+
+    def replace(self, inventory: NodeInventory, seen_at: float | None = None) -> FleetSnapshot:
+        """A new snapshot with this node's inventory put in place of its old one.
+
+        ``seen_at`` is the reader's monotonic time of this update; it dates a new newest
+        stamp for the extrapolating reference.
+        """
+        node = inventory.node
+        old = self._records.get(node)
+        record = NodeRecord(inventory)
+        nodes = self._nodes
+        if old is None:
+            at = bisect.bisect(nodes, node)
+            nodes = (*nodes[:at], node, *nodes[at:])
+        records = self._records.set(node, record)
+        return self._reindexed(node, old, record, records, nodes, seen_at)
+
+    def remove(self, node: str, seen_at: float | None = None) -> FleetSnapshot:
+        old = self._records.get(node)
+        if old is None:
+            return self
+        nodes = tuple(n for n in self._nodes if n != node)
+        return self._reindexed(node, old, None, self._records.delete(node), nodes, seen_at)
+
+    def _reindexed(
+        self,
+        node: str,
+        old: NodeRecord | None,
+        new: NodeRecord | None,
+        records: immutables.Map[str, NodeRecord],
+        nodes: tuple[str, ...],
+        seen_at: float | None,
+    ) -> FleetSnapshot:
+        by_name = _NodeSetIndex.update(
+            self._by_name, node, old.by_name if old else (), new.by_name if new else ()
+        )
+        by_id = _NodeSetIndex.update(
+            self._by_id, node, old.by_id if old else (), new.by_id if new else ()
+        )
+        warm = self._reindex_warm(node, old, new)
+        newest, newest_seen_at = self._newest_after(old, new, records, seen_at)
+        stalls = self._stalls_after(newest, seen_at)
+        return FleetSnapshot(
+            records,
+            nodes,
+            by_name,
+            by_id,
+            warm,
+            newest,
+            newest_seen_at,
+            self.stall_after,
+            stalls,
+        )
+
+    def _reindex_warm(
+        self, node: str, old: NodeRecord | None, new: NodeRecord | None
+    ) -> immutables.Map[PoolKey, tuple[WarmCandidate, ...]]:
+        before = old.warm if old else {}
+        after = new.warm if new else {}
+        address = new.inventory.address if new else ""
+        same_address = old is not None and new is not None and old.inventory.address == address
+        if before == after and same_address:
+            return self._warm
+        mutation = self._warm.mutate()
+        for key in before.keys() | after.keys():
+            kept = [c for c in mutation.get(key, ()) if c.node != node]
+            if key in after:
+                bisect.insort(kept, WarmCandidate(node, address, after[key]), key=_by_node)
+            if kept:
+                mutation[key] = tuple(kept)
+            else:
+                del mutation[key]
+        return mutation.finish()
+
+    def _newest_after(
+        self,
+        old: NodeRecord | None,
+        new: NodeRecord | None,
+        records: immutables.Map[str, NodeRecord],
+        seen_at: float | None,
+    ) -> tuple[datetime | None, float | None]:
+        stamp = new.stamp if new else None
+        newest = self.newest
+        if stamp is not None and (newest is None or stamp > newest):
+            return stamp, seen_at
+        if old is not None and old.stamp is not None and old.stamp == newest:
+            # The node that set the newest stamp went back or left: take the next newest.
+            stamps = [r.stamp for r in records.values() if r.stamp is not None]
+            recomputed = max(stamps) if stamps else None
+            if recomputed != newest:
+                return recomputed, seen_at
+        return newest, self.newest_seen_at
+
+    def _stalls_after(self, newest: datetime | None, seen_at: float | None) -> tuple[Stall, ...]:
+        """Record a stall when the newest stamp moves on after a long silence."""
+        old = self.newest
+        if (
+            self.stall_after is None
+            or old is None
+            or newest is None
+            or newest <= old
+            or seen_at is None
+            or self.newest_seen_at is None
+        ):
+            return self.stalls
+        silence = timedelta(seconds=seen_at - self.newest_seen_at)
+        excess = min(newest - old, silence) - self.stall_after
+        if excess <= timedelta(0):
+            return self.stalls
+        return (*self.stalls, Stall(old, excess))[-MAX_STALLS:]
+
+    # --- raw reads (no freshness applied) ----------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every node, stale or not, in name order."""
+        return self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def record(self, node: str) -> NodeRecord | None:
+        return self._records.get(node)
+
+    def view(self, rule: FreshnessRule, now: datetime, monotonic: float | None = None) -> FleetView:
+        """This snapshot read under ``rule`` at the reader's ``now`` (and monotonic clock)."""
+        reference = rule.reference(self.newest, now, self.newest_seen_at, monotonic)
+        return FleetView(self, rule, reference, now)
+
+
+def _by_node(candidate: WarmCandidate) -> str:
+    return candidate.node
+
+
+class FleetView:
+    """A snapshot with the freshness rule applied: stale nodes are invisible through it."""
+
+    __slots__ = ("_cutoff", "now", "reference", "rule", "snapshot")
+
+    def __init__(
+        self, snapshot: FleetSnapshot, rule: FreshnessRule, reference: Reference, now: datetime
+    ) -> None:
+        self.snapshot = snapshot
+        self.rule = rule
+        self.reference = reference
+        self.now = now
+        self._cutoff = rule.cutoff(reference)
+
+    def _fresh_record(self, node: str) -> NodeRecord | None:
+        record = self.snapshot._records.get(node)
+        if record is None:
+            return None
+        stamp = record.inventory.published_at
+        if stamp is None or self._cutoff is None or stamp >= self._cutoff:
+            return record
+        if self.snapshot.stalls and stamp + self.credit(stamp) >= self._cutoff:
+            return record
+        return None
+
+    def credit(self, stamp: datetime) -> timedelta:
+        """Stall time not held against a node stamped at ``stamp``."""
+        return sum(
+            (s.excess for s in self.snapshot.stalls if stamp <= s.before), start=timedelta(0)
+        )
+
+    def age(self, node: str) -> timedelta | None:
+        """How far the node's stamp trails the reference, less any stall credit."""
+        record = self.snapshot._records.get(node)
+        stamp = record.stamp if record else None
+        if stamp is None or self.reference.at is None:
+            return None
+        return self.reference.at - stamp - self.credit(stamp)
+
+    def is_fresh(self, node: str) -> bool:
+        return self._fresh_record(node) is not None
+
+    def state(self, node: str) -> NodeState:
+        record = self.snapshot._records.get(node)
+        stamp = record.stamp if record else None
+        credit = self.credit(stamp) if stamp is not None else timedelta(0)
+        return self.rule.state(stamp, self.reference, self.now, credit)
+
+    def fresh_nodes(self) -> list[str]:
+        """Fresh nodes in name order."""
+        return [n for n in self.snapshot._nodes if self._fresh_record(n) is not None]
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        """A fresh node's inventory; None when the node is unknown or stale."""
+        record = self._fresh_record(node)
+        return record.inventory if record else None
+
+    def lookup_name(self, namespace: str, name: str) -> list[Located]:
+        """Every fresh node's entry under this name, in node order (a name may be held twice)."""
+        key = (namespace, name)
+        found = []
+        for node in self.snapshot._by_name.get(key, ()):
+            record = self._fresh_record(node)
+            if record is not None:
+                found.append(Located(node, record.by_name[key]))
+        return found
+
+    def lookup_claim_id(self, claim_id: str) -> Located | None:
+        for node in self.snapshot._by_id.get(claim_id, ()):
+            record = self._fresh_record(node)
+            if record is not None:
+                return Located(node, record.by_id[claim_id])
+        return None
+
+    def warm_candidates(self, key: PoolKey) -> list[WarmCandidate]:
+        """Fresh nodes with an address and warm sandboxes for ``key``, in node order."""
+        return [c for c in self.snapshot._warm.get(key, ()) if self._fresh_record(c.node)]
+
+    def entries(self, namespace: str | None = None) -> Iterator[Located]:
+        """Every entry on fresh nodes, node by node; ``namespace`` None means all."""
+        for node in self.snapshot._nodes:
+            record = self._fresh_record(node)
+            if record is None:
+                continue
+            for entry in record.inventory.entries:
+                if namespace is None or entry.namespaced_name[0] == namespace:
+                    yield Located(node, entry)
