@@ -1,0 +1,35 @@
+"""sandboxctl benchmarks: ``python -m benchmarks [NAME ...] [--json]``.
+
+Every benchmark is a module ``benchmarks/bench_<name>.py`` with a ``run()`` function that
+returns (or yields) rows, and one line in :data:`BENCHMARKS` below. A row is a flat dict
+with at least ``benchmark`` and ``case``; figures carry their unit in their name
+(``p50_us``, ``p99_ms``, ``rss_mb``, ``ratio``, ``ops``...). A row may say what it aims
+for in ``target`` (text) and whether it got there in ``met`` (bool); a benchmark never
+fails on a timing, it only reports.
+
+Files are named ``bench_*.py`` so pytest never collects them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+Row = dict[str, Any]
+Benchmark = Callable[[], Iterable[Row]]
+
+# name -> (module holding ``run()``, one-line description). Add new benchmarks here.
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "snapshot": (
+        "benchmarks.bench_snapshot",
+        "FleetSnapshot build/replace and FleetView reads",
+    ),
+}
+
+
+def load(name: str) -> Benchmark:
+    """The ``run`` function of one registered benchmark (imported on demand)."""
+    module_name, _ = BENCHMARKS[name]
+    run: Benchmark = importlib.import_module(module_name).run
+    return run
