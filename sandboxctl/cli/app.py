@@ -20,7 +20,6 @@ EXIT_BAD_INPUT = 2
 app = typer.Typer(
     name="sandboxctl",
     help="Run and administer an e2b-compatible sandbox fleet.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -33,14 +32,17 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 def _root(
+    context: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
     """Run and administer an e2b-compatible sandbox fleet."""
+    if context.invoked_subcommand is None:
+        typer.echo(context.get_help())
 
 
 app.command("inventory")(inventory.inventory)

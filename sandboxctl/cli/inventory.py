@@ -11,9 +11,9 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
+from sandboxctl.cli import render
 from sandboxctl.cli.options import (
     PublishInterval,
     Reference,
@@ -88,7 +88,10 @@ def inventory(
     ] = Output.TABLE,
     fail_on_stale: Annotated[
         bool,
-        typer.Option("--fail-on-stale", help=f"Exit {EXIT_STALE} when any node is stale."),
+        typer.Option(
+            "--fail-on-stale",
+            help=f"Exit {EXIT_STALE} when any node is stale, or when the input has no node.",
+        ),
     ] = False,
 ) -> None:
     """Show which nodes are fresh or stale, and why."""
@@ -101,6 +104,8 @@ def inventory(
     snapshot = FleetSnapshot.build(inventories, seen_at=0.0)
     view = snapshot.view(rule, at, monotonic=0.0)
     rows = node_rows(view)
+    for warning in rule.warnings():
+        render.console(stderr=True).print(f"[yellow]warning:[/] {warning}")
     if output is Output.TABLE:
         _print_table(view, rows)
     else:
@@ -110,6 +115,10 @@ def inventory(
         else:
             typer.echo(yaml.safe_dump(report, sort_keys=False), nl=False)
     if fail_on_stale and any(row.state is NodeState.STALE for row in rows):
+        raise typer.Exit(EXIT_STALE)
+    if fail_on_stale and not rows:
+        # An empty input is what a failed `kubectl ... |` pipe gives a cron job.
+        typer.echo("sandboxctl: no nodes in the input", err=True)
         raise typer.Exit(EXIT_STALE)
 
 
@@ -160,7 +169,7 @@ def _seconds(value: timedelta | None) -> float | None:
 
 
 def _print_table(view: FleetView, rows: list[NodeRow]) -> None:
-    console = Console(highlight=False)
+    console = render.console()
     ref = view.reference
     rule = view.rule
     if ref.at is None:

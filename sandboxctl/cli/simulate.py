@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from collections import defaultdict
 from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from sandboxctl.cli import render
 from sandboxctl.cli.options import PublishInterval, Reference, StaleAfter, freshness_rule
 from sandboxctl.core.durations import format_duration, parse_duration
 from sandboxctl.core.errors import InvalidValueError
@@ -28,9 +27,6 @@ from sandboxctl.core.simulation import simulate as run
 class Output(enum.StrEnum):
     TABLE = "table"
     JSON = "json"
-
-
-_RANGE = re.compile(r"^(?P<start>.+?[a-zµ])-(?P<end>.+)$")
 
 
 def simulate(
@@ -143,7 +139,7 @@ def simulation_report(result: SimulationResult) -> dict[str, Any]:
 
 
 def _print(result: SimulationResult) -> None:
-    console = Console(highlight=False)
+    console = render.console()
     rule = result.scenario.rule
     console.print(
         f"reference: {rule.mode.value}  stale-after: {format_duration(rule.stale_after)}  "
@@ -167,7 +163,7 @@ def _print(result: SimulationResult) -> None:
     finals = ", ".join(f"{node} {state}" for node, state in result.final_states.items())
     console.print(f"at the end: {finals}")
     for bound in result.bounds:
-        if bound.left_at is None:
+        if bound.left_at is None:  # still listed although live nodes moved on
             verdict = "[yellow]still listed at the end[/]"
         elif bound.held:
             verdict = f"[green]left at {format_offset(bound.left_at)}, within the bound[/]"
@@ -209,10 +205,14 @@ def _node_times(flag: str, values: list[str] | None) -> dict[str, tuple[timedelt
 
 
 def _range(flag: str, text: str) -> tuple[timedelta, timedelta]:
-    match = _RANGE.match(text)
-    if not match:
-        raise InvalidValueError(f"{flag} {text!r}: expected START-END, e.g. 200s-340s")
-    return _duration(flag, match["start"]), _duration(flag, match["end"])
+    # Durations may carry a sign, so try every hyphen until both sides parse.
+    for at, char in enumerate(text):
+        if char == "-" and at > 0:
+            try:
+                return parse_duration(text[:at]), parse_duration(text[at + 1 :])
+            except InvalidValueError:
+                continue
+    raise InvalidValueError(f"{flag} {text!r}: expected START-END, e.g. 200s-340s")
 
 
 def _skew(text: str) -> tuple[str, timedelta]:

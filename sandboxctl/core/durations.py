@@ -54,15 +54,25 @@ def format_duration(value: timedelta) -> str:
     if total == 0:
         return "0s"
     sign = "-" if total < 0 else ""
-    total = abs(total)
-    if total < 1:
-        millis = total * 1000
-        return f"{sign}{millis:g}ms"
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    secs = f"{seconds:g}s"
+    micros = round(abs(value.total_seconds()) * 1_000_000)
+    if micros < 1_000:
+        return f"{sign}{micros}µs"
+    if micros < 1_000_000:
+        return f"{sign}{_decimal(micros, 1_000)}ms"
+    hours, rest = divmod(micros, 3_600_000_000)
+    minutes, micros = divmod(rest, 60_000_000)
+    secs = f"{_decimal(micros, 1_000_000)}s"
     if hours:
         return f"{sign}{int(hours)}h{int(minutes)}m{secs}"
     if minutes:
         return f"{sign}{int(minutes)}m{secs}"
     return f"{sign}{secs}"
+
+
+def _decimal(amount: int, per_unit: int) -> str:
+    """``amount / per_unit`` written exactly, without trailing zeros (1500, 1000 -> "1.5")."""
+    whole, fraction = divmod(amount, per_unit)
+    if not fraction:
+        return str(whole)
+    digits = len(str(per_unit)) - 1
+    return f"{whole}.{fraction:0{digits}d}".rstrip("0")

@@ -61,7 +61,8 @@ class Scenario:
         for start, end in self.outages:
             if end <= start:
                 raise InvalidValueError(
-                    f"--outage {format_offset(start)}-{format_offset(end)}: end before start"
+                    f"--outage {format_offset(start)}-{format_offset(end)}: "
+                    "the end must be after the start"
                 )
         return self
 
@@ -115,16 +116,20 @@ def simulate(scenario: Scenario) -> SimulationResult:
     scenario.check()
     rule = scenario.rule
     interval = rule.publish_interval
-    events: list[tuple[timedelta, int, int, str]] = []
+    # (time, kind, node index, publisher generation, node): a kill ends a generation, so a
+    # publish scheduled before it never fires after a restart.
+    events: list[tuple[timedelta, int, int, int, str]] = []
     for index, node in enumerate(scenario.nodes):
         offset = interval * index / len(scenario.nodes)
-        heapq.heappush(events, (offset, _Publish.PUBLISH, index, node))
+        heapq.heappush(events, (offset, _Publish.PUBLISH, index, 0, node))
         for at in scenario.kills.get(node, ()):
-            heapq.heappush(events, (at, _Publish.KILL, index, node))
+            heapq.heappush(events, (at, _Publish.KILL, index, 0, node))
         for at in scenario.restarts.get(node, ()):
-            heapq.heappush(events, (at, _Publish.RESTART, index, node))
+            heapq.heappush(events, (at, _Publish.RESTART, index, 0, node))
 
     alive = dict.fromkeys(scenario.nodes, True)
+    generation = dict.fromkeys(scenario.nodes, 0)
+    left_at: dict[str, timedelta] = {}
     last_publish: dict[str, timedelta] = {}
     killed_at: dict[str, timedelta] = {}
     listed: dict[str, bool] = {}
@@ -137,18 +142,21 @@ def simulate(scenario: Scenario) -> SimulationResult:
     for tick in range(ticks + 1):
         now_offset = scenario.read_tick * tick
         while events and events[0][0] <= now_offset:
-            at, kind, index, node = heapq.heappop(events)
+            at, kind, index, gen, node = heapq.heappop(events)
             if kind == _Publish.KILL:
-                alive[node] = False
-                killed_at[node] = at
-                if node in last_publish:
-                    open_bounds[node] = _bound(scenario, node, last_publish[node])
+                if alive[node]:
+                    alive[node] = False
+                    generation[node] += 1
+                    killed_at[node] = at
+                    if node in last_publish and node not in scenario.old_publishers:
+                        open_bounds[node] = _bound(scenario, node, last_publish[node])
             elif kind == _Publish.RESTART:
                 if not alive[node]:
                     alive[node] = True
-                    heapq.heappush(events, (at, _Publish.PUBLISH, index, node))
-            elif alive[node]:
-                heapq.heappush(events, (at + interval, _Publish.PUBLISH, index, node))
+                    open_bounds.pop(node, None)  # back before it left: no bound to judge
+                    heapq.heappush(events, (at, _Publish.PUBLISH, index, generation[node], node))
+            elif alive[node] and gen == generation[node]:
+                heapq.heappush(events, (at + interval, _Publish.PUBLISH, index, gen, node))
                 if not _in_outage(scenario, at):
                     snapshot = snapshot.replace(_publish(scenario, node, at), at.total_seconds())
                     last_publish[node] = at
@@ -162,12 +170,21 @@ def simulate(scenario: Scenario) -> SimulationResult:
             change = (
                 Change.JOINED if before is None else (Change.RETURNED if present else Change.LEFT)
             )
-            reason = _reason(scenario, view, node, change, last_publish, killed_at, now_offset)
+            reason = _reason(
+                scenario, view, node, change, last_publish, killed_at, left_at, now_offset
+            )
             transitions.append(Transition(node, now_offset, change, reason))
+            if change is Change.LEFT:
+                left_at[node] = now_offset
             if change is Change.LEFT and node in open_bounds:
                 bound = open_bounds.pop(node)
                 bounds.append(replace(bound, left_at=now_offset))
-    bounds.extend(open_bounds.values())
+    for node, bound in open_bounds.items():
+        # Still listed: a failure only if a live node published past the bound, which is
+        # what moves the reference. With nobody publishing, keeping it is the rule.
+        others = [at for other, at in last_publish.items() if other != node]
+        if others and max(others) > bound.latest:
+            bounds.append(bound)
     final = snapshot.view(
         rule, EPOCH + scenario.read_tick * ticks, (scenario.read_tick * ticks).total_seconds()
     )
@@ -207,10 +224,14 @@ def _bound(scenario: Scenario, node: str, last: timedelta) -> LeaveBound:
     earliest = last + rule.stale_after
     latest = earliest + slack
     for start, end in sorted(scenario.outages):
-        if end > last and start < latest:
+        if end <= last:
+            continue
+        if start < earliest:  # the outage holds the reference back before it could leave
             length = end - max(start, last)
             earliest += max(timedelta(0), length - interval)
             latest += length + interval
+        elif start < latest:  # it may leave before the outage, or only after it
+            latest += end - start + interval
     return LeaveBound(node, last, earliest, latest, None)
 
 
@@ -221,13 +242,19 @@ def _reason(
     change: Change,
     last_publish: Mapping[str, timedelta],
     killed_at: Mapping[str, timedelta],
+    left_at: Mapping[str, timedelta],
     now: timedelta,
 ) -> str:
     fmt = format_offset
     if change is Change.JOINED:
         return "first publish" + _stamp_note(scenario, node)
     if change is Change.RETURNED:
-        return f"published again at {fmt(last_publish[node])}" + _stamp_note(scenario, node)
+        if last_publish[node] >= left_at[node]:
+            return f"published again at {fmt(last_publish[node])}" + _stamp_note(scenario, node)
+        return (
+            f"no publish since {fmt(last_publish[node])}, but the reader saw nobody publish "
+            "for longer than an interval, and that stall is not held against the node"
+        )
     reference = view.reference
     age = view.age(node)
     assert age is not None

@@ -19,7 +19,12 @@ def parse_rfc3339(text: str) -> datetime:
 
 
 def parse_stamp(value: object) -> datetime | None:
-    """Read ``publishedAt``: missing, null, empty or unparsable all mean unstamped."""
+    """Read ``publishedAt``: missing, null, empty or unparsable all mean unstamped.
+
+    A datetime (what a YAML loader makes of an unquoted timestamp) counts when it has a zone.
+    """
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo is not None else None
     if not isinstance(value, str) or not value.strip():
         return None
     try:
@@ -29,8 +34,7 @@ def parse_stamp(value: object) -> datetime | None:
 
 
 def format_rfc3339(value: datetime) -> str:
-    """UTC with ``Z``; whole seconds as Kubernetes writes them, fractions only when present."""
-    value = value.astimezone(UTC)
-    if value.microsecond:
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """UTC with ``Z`` at second precision, as Kubernetes writes ``metav1.Time``."""
+    if value.tzinfo is None:
+        raise InvalidValueError(f"refusing to write {value.isoformat()} without a zone")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

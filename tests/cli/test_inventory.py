@@ -85,14 +85,20 @@ def test_the_table_shows_the_reference_and_every_node(run: Run, fleet: Path) -> 
 def test_fail_on_stale_exits_3_only_when_a_node_is_stale(run: Run, fleet: Path) -> None:
     assert run("inventory", "--from", str(fleet), "--now", NOW, "--fail-on-stale").code == 3
     # A wider window keeps b: nothing is stale, so the same check passes.
-    wide = run("inventory", "--from", str(fleet), "--now", NOW, "--fail-on-stale", "--stale-after", "3m")
+    wide = run(
+        "inventory", "--from", str(fleet), "--now", NOW, "--fail-on-stale", "--stale-after", "3m"
+    )
     assert wide.code == 0
 
 
 def test_the_window_is_strictly_greater(run: Run, fleet: Path) -> None:
     # b trails the reference (04:00:30) by exactly 150 s.
-    kept = run("inventory", "--from", str(fleet), "--now", NOW, "--stale-after", "2m30s", "-o", "json")
-    dropped = run("inventory", "--from", str(fleet), "--now", NOW, "--stale-after", "149s", "-o", "json")
+    kept = run(
+        "inventory", "--from", str(fleet), "--now", NOW, "--stale-after", "2m30s", "-o", "json"
+    )
+    dropped = run(
+        "inventory", "--from", str(fleet), "--now", NOW, "--stale-after", "149s", "-o", "json"
+    )
     state_of_b = [
         next(n["state"] for n in json.loads(r.out)["nodes"] if n["node"] == "b")
         for r in (kept, dropped)
@@ -117,7 +123,9 @@ def test_reads_kubectl_output_from_stdin(
         (["-o", "xml"], "--output"),
     ],
 )
-def test_a_bad_flag_is_one_line_naming_it(run: Run, fleet: Path, args: list[str], names: str) -> None:
+def test_a_bad_flag_is_one_line_naming_it(
+    run: Run, fleet: Path, args: list[str], names: str
+) -> None:
     result = run("inventory", "--from", str(fleet), *args)
     assert result.code == 2
     assert result.out == ""

@@ -81,7 +81,7 @@ def test_the_table_tells_the_story(run: Run) -> None:
     [
         (["--nodes", "a", "--kill", "z@10s"], "--kill: unknown node 'z'"),
         (["--nodes", "a", "--kill", "a"], "--kill 'a': expected NODE@TIME"),
-        (["--nodes", "a", "--outage", "300s-200s"], "end before start"),
+        (["--nodes", "a", "--outage", "300s-200s"], "the end must be after the start"),
         (["--nodes", "a", "--outage", "300s"], "expected START-END"),
         (["--nodes", "a", "--skew", "a=soon"], "--skew: invalid duration"),
         (["--nodes", "a", "--until", "10"], "--until: invalid duration"),

@@ -92,7 +92,7 @@ def test_a_malformed_object_names_file_object_and_field_and_fails_the_whole_load
 def test_the_same_node_twice_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(_object("a")))
     (tmp_path / "b.yaml").write_text(yaml.safe_dump(_object("a")))
-    with pytest.raises(InventoryFormatError, match="'a' is already defined at .*a.yaml"):
+    with pytest.raises(InventoryFormatError, match=r"'a' is already defined at .*a\.yaml"):
         load_path(tmp_path)
 
 
@@ -119,7 +119,7 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
 def test_a_missing_path_and_an_empty_directory_are_errors(tmp_path: Path) -> None:
     with pytest.raises(InventoryFormatError, match="no such file"):
         load_path(tmp_path / "absent.yaml")
-    with pytest.raises(InventoryFormatError, match="no .yaml, .yml or .json files"):
+    with pytest.raises(InventoryFormatError, match=r"no \.yaml, \.yml or \.json files"):
         load_path(tmp_path)
 
 
