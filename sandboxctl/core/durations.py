@@ -76,3 +76,10 @@ def _decimal(amount: int, per_unit: int) -> str:
         return str(whole)
     digits = len(str(per_unit)) - 1
     return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+def format_seconds(value: timedelta) -> str:
+    """A duration in plain seconds, exact to the microsecond (``97.5s``, ``94.285714s``)."""
+    micros = round(value.total_seconds() * 1_000_000)
+    sign = "-" if micros < 0 else ""
+    return f"{sign}{_decimal(abs(micros), 1_000_000)}s"

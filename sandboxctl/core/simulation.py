@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+from sandboxctl.core.durations import format_seconds
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import FreshnessRule, ReferenceMode
 from sandboxctl.core.model import NodeInventory
@@ -298,4 +299,4 @@ def _warnings(scenario: Scenario) -> list[str]:
 
 def format_offset(value: timedelta) -> str:
     """Offsets on the timeline in plain seconds (``97.5s``), as the flags name them."""
-    return f"{value.total_seconds():g}s"
+    return format_seconds(value)
