@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint format check unit bench clean
+.PHONY: test lint format unit bench host-tools clean
 
 $(INSTALLED): pyproject.toml scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
@@ -19,8 +19,11 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: $(INSTALLED)
+unit: $(INSTALLED) host-tools
 	$(BIN)/pytest
+
+host-tools:
+	scripts/host-tools
 
 ## format: rewrite the code in the project's style
 format: $(INSTALLED)
@@ -28,7 +31,7 @@ format: $(INSTALLED)
 	$(BIN)/ruff format .
 
 ## bench: every benchmark, as one table
-bench: $(INSTALLED)
+bench: $(INSTALLED) host-tools
 	$(BIN)/python -m benchmarks
 
 clean:

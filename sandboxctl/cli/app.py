@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl import __version__
-from sandboxctl.cli import inventory, simulate
+from sandboxctl.cli import inventory, sandboxd, simulate
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
@@ -47,6 +47,7 @@ def _root(
 
 app.command("inventory")(inventory.inventory)
 app.command("simulate")(simulate.simulate)
+app.command("serve-sandboxd")(sandboxd.serve_sandboxd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,151 @@
+"""``sandboxctl serve-sandboxd``: the host agent."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sandboxctl.cli.addresses import parse_listen
+from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.core.model import PoolKey
+from sandboxctl.sandboxd.agent import Agent, AgentSettings
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.runtime import Runtime
+from sandboxctl.sandboxd.server import serve
+from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
+from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
+
+
+class RuntimeName(enum.StrEnum):
+    BUBBLEWRAP = "bubblewrap"
+    UNSAFE_PROCESS = "unsafe-process"
+
+
+def serve_sandboxd(
+    node: Annotated[
+        str, typer.Option("--node", help="This node's name (default: the host name).")
+    ] = "",
+    listen: Annotated[
+        str, typer.Option("--listen", metavar="HOST:PORT", help="Address to serve the API on.")
+    ] = "127.0.0.1:7777",
+    advertise_addr: Annotated[
+        str,
+        typer.Option(
+            "--advertise-addr",
+            metavar="HOST:PORT",
+            help="Address other components reach this agent at (default: --listen).",
+        ),
+    ] = "",
+    state_dir: Annotated[
+        Path, typer.Option("--state-dir", help="Where sandbox state and homes live.")
+    ] = Path("/var/lib/sandboxctl/sandboxd"),
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="File holding the root token. Without it: development mode, loopback only.",
+        ),
+    ] = None,
+    pool: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pool",
+            metavar="TEMPLATE[/NET[/SIZE]]=N",
+            help="Keep N warm sandboxes of this pool key (repeatable), e.g. base=4.",
+        ),
+    ] = None,
+    max_sandboxes: Annotated[
+        int, typer.Option("--max-sandboxes", min=1, help="Most sandboxes alive at once.")
+    ] = 64,
+    template: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--template",
+            metavar="NAME=DIR",
+            help="Serve template NAME with DIR as its read-only root (repeatable). "
+            "'base' is the host root.",
+        ),
+    ] = None,
+    runtime: Annotated[
+        RuntimeName,
+        typer.Option(
+            "--runtime",
+            help="bubblewrap: namespaces, a read-only root, per-sandbox uid and limits. "
+            "unsafe-process: plain processes with NO isolation, for development only.",
+        ),
+    ] = RuntimeName.BUBBLEWRAP,
+    destroy_on_exit: Annotated[
+        bool,
+        typer.Option("--destroy-on-exit", help="Destroy every sandbox on SIGTERM."),
+    ] = False,
+    uid_base: Annotated[
+        int, typer.Option("--uid-base", min=1000, help="First host uid given to sandboxes.")
+    ] = 200_000,
+) -> None:
+    """Run the host agent: isolated sandboxes with warm pools and leases."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log = logging.getLogger("sandboxctl.sandboxd")
+    host, port = parse_listen("--listen", listen)
+    token = _read_token(token_file) if token_file else None
+    if token is None:
+        if not _is_loopback(host):
+            raise ConfigurationError(
+                f"--listen {listen}: without --token-file the agent serves loopback only"
+            )
+        log.warning("DEVELOPMENT MODE: no --token-file, every request is trusted (loopback only)")
+    templates = dict(_template(text) for text in template or ())
+    settings = AgentSettings(
+        node=node or socket.gethostname(),
+        advertise_addr=advertise_addr or f"{host}:{port}",
+        state_dir=state_dir,
+        templates=templates,
+        max_sandboxes=max_sandboxes,
+        pools=dict(_pool(text) for text in pool or ()),
+        uid_base=uid_base,
+    )
+    serve(Agent(settings, _runtime(runtime)), host, port, token, destroy_on_exit)
+
+
+def _runtime(name: RuntimeName) -> Runtime:
+    if name is RuntimeName.UNSAFE_PROCESS:
+        logging.getLogger("sandboxctl.sandboxd").warning(UNSAFE_WARNING)
+        return UnsafeProcessRuntime()
+    BubblewrapRuntime.check()
+    return BubblewrapRuntime()
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ConfigurationError(f"--token-file {path}: {error.strerror}") from error
+    if not token:
+        raise ConfigurationError(f"--token-file {path}: the file is empty")
+    return token
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _pool(text: str) -> tuple[PoolKey, int]:
+    key_text, eq, count = text.partition("=")
+    parts = key_text.split("/")
+    if not eq or not key_text or len(parts) > 3 or not count.isdigit():
+        raise InvalidValueError(f"--pool {text!r}: expected TEMPLATE[/NET[/SIZE]]=N, e.g. base=4")
+    return PoolKey.of(*parts), int(count)
+
+
+def _template(text: str) -> tuple[str, Path]:
+    name, eq, directory = text.partition("=")
+    if not eq or not name or not directory:
+        raise InvalidValueError(f"--template {text!r}: expected NAME=DIR")
+    path = Path(directory)
+    if not path.is_dir():
+        raise InvalidValueError(f"--template {text!r}: {directory} is not a directory")
+    return name, path.resolve()

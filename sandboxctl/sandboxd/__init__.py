@@ -1,0 +1,1 @@
+"""The host agent: runs isolated sandboxes with warm pools and leases, behind an HTTP API."""

@@ -1,0 +1,506 @@
+"""The agent: which sandboxes exist on this host, who holds them, and until when.
+
+It owns the warm pools (pre-started sandboxes per pool key, refilled in the background),
+the leases (a reaper destroys or pauses each claimed sandbox at its deadline), and the
+state on disk that lets a restarted agent adopt every sandbox that still runs. Isolation
+itself is the runtime's job (``runtime.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxctl.clock import Clock, SystemClock
+from sandboxctl.core.model import PoolKey
+from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound
+from sandboxctl.sandboxd.runtime import SIZE_LIMITS, Identity, Runtime, SandboxSpec, Size
+from sandboxctl.sandboxd.state import SandboxRecord, StateStore
+
+log = logging.getLogger("sandboxctl.sandboxd")
+
+NETS = ("none", "egress")
+ON_EXPIRE = ("destroy", "pause")
+DEFAULT_TTL_SECONDS = 300
+MAX_TTL_SECONDS = 24 * 3600
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_BYTES = 4096
+BASE_TEMPLATE = "base"
+REFILL_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    template: str
+    net: str = "none"
+    size: str = "small"
+    ttl_seconds: int = 0
+    claim_ref: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    on_expire: str = "destroy"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    node: str
+    advertise_addr: str
+    state_dir: Path
+    templates: Mapping[str, Path] = field(default_factory=dict)  # "base" is always "/"
+    max_sandboxes: int = 64
+    pools: Mapping[PoolKey, int] = field(default_factory=dict)
+    uid_base: int = 200_000
+    reap_interval: float = 1.0
+
+
+class Agent:
+    """Thread-safe; the HTTP handlers call it from a thread pool."""
+
+    def __init__(
+        self, settings: AgentSettings, runtime: Runtime, clock: Clock | None = None
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.clock = clock or SystemClock()
+        self.templates = {BASE_TEMPLATE: Path("/"), **settings.templates}
+        self._homes = settings.state_dir / "homes"
+        self._homes.mkdir(parents=True, exist_ok=True)
+        self._homes.chmod(0o711)  # sandbox uids must traverse to their own home
+        self._state = StateStore(settings.state_dir / "sandboxd.sqlite")
+        self._lock = threading.RLock()
+        self._records: dict[str, SandboxRecord] = {}
+        self._warm: dict[PoolKey, list[str]] = {}
+        self._starting: dict[PoolKey, int] = {}
+        self._uids_in_use: set[int] = set()
+        self._targets: dict[PoolKey, int] = {}
+        self._refill_wanted = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.set_pools(dict(settings.pools))
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> AdoptionReport:
+        """Adopt what the last run left, then start the refill and reaper loops."""
+        report = self.adopt()
+        for name, loop in (
+            ("warm-pool refill", self._refill_loop),
+            ("lease reaper", self._reap_loop),
+        ):
+            thread = threading.Thread(target=_guarded(name, loop), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._refill_wanted.set()
+        return report
+
+    def stop(self, destroy: bool = False) -> None:
+        """Stop the loops; sandboxes keep running unless ``destroy``."""
+        self._stopping.set()
+        self._refill_wanted.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if destroy:
+            with self._lock:
+                ids = list(self._records)
+            for sandbox_id in ids:
+                self._destroy(sandbox_id)
+        self._state.close()
+
+    def adopt(self) -> AdoptionReport:
+        adopted: list[str] = []
+        cleaned: list[str] = []
+        for record in self._state.sandboxes():
+            identity = Identity(record.pid, record.start_time, record.pid_namespace)
+            if self.runtime.alive(identity):
+                with self._lock:
+                    self._add(record)
+                adopted.append(record.id)
+            else:
+                self._cleanup(record, None)
+                cleaned.append(record.id)
+        if adopted or cleaned:
+            log.info("adopted %d sandboxes, cleaned up %d dead ones", len(adopted), len(cleaned))
+        return AdoptionReport(tuple(adopted), tuple(cleaned))
+
+    # --- reads -------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        with self._lock:
+            keys = sorted(set(self._targets) | {k for k, ids in self._warm.items() if ids})
+            claimed = [r for r in self._records.values() if r.claimed]
+            return {
+                "node": self.settings.node,
+                "advertise_addr": self.settings.advertise_addr,
+                "pools": [
+                    {
+                        "key": _key_json(key),
+                        "warm": len(self._warm.get(key, ())),
+                        "target": self._targets.get(key, 0),
+                        "refilling": self._starting.get(key, 0),
+                    }
+                    for key in keys
+                ],
+                "claimed": len(claimed),
+                "hibernated": sum(1 for r in claimed if r.hibernated),
+                "capacity": self.settings.max_sandboxes,
+                "at_capacity": len(claimed) >= self.settings.max_sandboxes,
+                "runtime": self.runtime.name,
+            }
+
+    def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRecord]:
+        with self._lock:
+            return [
+                r
+                for r in self._records.values()
+                if r.claimed and (claim_ref is None or r.claim_ref == claim_ref)
+            ]
+
+    def get(self, sandbox_id: str) -> SandboxRecord:
+        with self._lock:
+            record = self._records.get(sandbox_id)
+            if record is None or not record.claimed:
+                raise NotFound(f"sandbox {sandbox_id!r} not found")
+            return record
+
+    def spec(self, record: SandboxRecord) -> SandboxSpec:
+        return SandboxSpec(
+            id=record.id,
+            uid=record.uid,
+            root=self.templates.get(record.template, Path("/")),
+            home=self._homes / record.id,
+            network=record.net == "egress",
+            limits=SIZE_LIMITS[Size(record.size)],
+            hostname=record.id.replace("_", "-"),
+        )
+
+    def identity(self, record: SandboxRecord) -> Identity:
+        return Identity(record.pid, record.start_time, record.pid_namespace)
+
+    # --- verbs -------------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest) -> SandboxRecord:
+        key = self._check_claim(request)
+        ttl = _ttl(request.ttl_seconds) or DEFAULT_TTL_SECONDS
+        uid: int | None = None
+        while uid is None:
+            with self._lock:
+                sandbox_id = self._take_warm(key)
+                if sandbox_id is not None:
+                    record = self._records[sandbox_id]
+                    self._grant(record, request, ttl)
+                    self._refill_wanted.set()
+                    return record
+                evict = self._make_room()
+                if evict is None:
+                    uid = self._reserve(key)
+            if evict is not None:
+                self._destroy(evict)  # a speculative warm sandbox makes room for a claim
+        try:
+            record = self._start_sandbox(key, uid)
+        finally:
+            with self._lock:
+                self._starting[key] -= 1
+        with self._lock:
+            self._grant(record, request, ttl)  # claimed before it is indexed: never warm
+            self._add(record)
+        return record
+
+    def release(self, sandbox_id: str) -> None:
+        self.get(sandbox_id)
+        if not self._destroy(sandbox_id):
+            raise NotFound(f"sandbox {sandbox_id!r} not found")
+
+    def renew(self, sandbox_id: str, ttl_seconds: int, on_expire: str | None) -> SandboxRecord:
+        if on_expire is not None and on_expire not in ON_EXPIRE:
+            raise BadRequest(f"on_expire: must be one of {', '.join(ON_EXPIRE)}")
+        ttl = _ttl(ttl_seconds) or DEFAULT_TTL_SECONDS
+        with self._lock:
+            record = self.get(sandbox_id)
+            record.deadline = self._now() + ttl
+            record.ttl_seconds = ttl
+            if on_expire is not None:
+                record.on_expire = on_expire
+            self._state.put(record)
+            return record
+
+    def hibernate(self, sandbox_id: str) -> None:
+        with self._lock:
+            record = self.get(sandbox_id)
+            if record.hibernated:
+                raise Conflict(f"sandbox {sandbox_id!r} is already hibernated")
+            self.runtime.freeze(self.spec(record), self.identity(record))
+            record.hibernated = True
+            self._state.put(record)
+
+    def wake(self, sandbox_id: str) -> None:
+        with self._lock:
+            record = self.get(sandbox_id)
+            if not record.hibernated:
+                raise Conflict(f"sandbox {sandbox_id!r} is not hibernated")
+            self.runtime.thaw(self.spec(record), self.identity(record))
+            record.hibernated = False
+            now = self._now()
+            if record.deadline is not None and record.deadline <= now:
+                # Woken after it expired into a pause: give it a fresh lease, or the
+                # reaper would pause it again at once.
+                record.deadline = now + record.ttl_seconds
+            self._state.put(record)
+
+    def set_pools(self, targets: Mapping[PoolKey, int]) -> None:
+        """Replace every warm target; a pool left out drains to zero."""
+        for key, target in targets.items():
+            self._check_key(key)
+            if target < 0:
+                raise BadRequest(f"pools: warm for {key} must not be negative")
+        drain: list[str] = []
+        with self._lock:
+            self._targets = {k: n for k, n in targets.items() if n > 0}
+            for key, ids in self._warm.items():
+                excess = len(ids) - self._targets.get(key, 0)
+                for _ in range(max(0, excess)):
+                    drain.append(ids.pop())
+        for sandbox_id in drain:
+            self._destroy(sandbox_id)
+        self._refill_wanted.set()
+
+    def reap(self) -> list[tuple[str, str]]:
+        """Act on every lease past its deadline; returns (id, "destroyed"|"paused")."""
+        now = self._now()
+        done: list[tuple[str, str]] = []
+        with self._lock:
+            due = [
+                r
+                for r in self._records.values()
+                if r.claimed and r.deadline is not None and r.deadline <= now
+            ]
+        for record in due:
+            if record.on_expire == "pause":
+                if not record.hibernated:
+                    with contextlib.suppress(Conflict, NotFound):
+                        self.hibernate(record.id)
+                        done.append((record.id, "paused"))
+            elif self._destroy(record.id):
+                done.append((record.id, "destroyed"))
+        for sandbox_id, action in done:
+            log.info("lease of %s expired: %s", sandbox_id, action)
+        return done
+
+    def refill_once(self) -> int:
+        """Start what the pools lack, one sandbox at a time; returns how many started."""
+        started = 0
+        while not self._stopping.is_set():
+            with self._lock:
+                key = self._next_refill()
+                if key is None:
+                    return started
+                uid = self._reserve(key)
+            try:
+                record = self._start_sandbox(key, uid)
+            except Exception:
+                log.exception("warm-pool refill of %s failed", key)
+                with self._lock:
+                    self._starting[key] -= 1
+                    self._uids_in_use.discard(uid)
+                raise
+            with self._lock:
+                self._starting[key] -= 1
+                self._add(record)
+            started += 1
+        return started
+
+    # --- internals (callers hold the lock where noted) -----------------------------------
+
+    def _check_claim(self, request: ClaimRequest) -> PoolKey:
+        key = PoolKey.of(request.template, request.net, request.size)
+        self._check_key(key)
+        _ttl(request.ttl_seconds)
+        if request.on_expire not in ON_EXPIRE:
+            raise BadRequest(f"on_expire: must be one of {', '.join(ON_EXPIRE)}")
+        if len(request.metadata) > MAX_METADATA_PAIRS:
+            raise BadRequest(f"metadata: at most {MAX_METADATA_PAIRS} pairs")
+        encoded = sum(len(k.encode()) + len(v.encode()) for k, v in request.metadata.items())
+        if encoded > MAX_METADATA_BYTES:
+            raise BadRequest(f"metadata: at most {MAX_METADATA_BYTES} bytes")
+        if request.claim_ref and request.claim_ref.count("/") != 1:
+            raise BadRequest("claim_ref: expected <namespace>/<name>")
+        return key
+
+    def _check_key(self, key: PoolKey) -> None:
+        if key.template not in self.templates:
+            raise NotFound(f"template {key.template!r} is not served by this node")
+        if key.net not in NETS:
+            raise BadRequest(f"net: must be one of {', '.join(NETS)}")
+        if key.size not in {s.value for s in Size}:
+            raise BadRequest(f"size: must be one of {', '.join(s.value for s in Size)}")
+
+    def _take_warm(self, key: PoolKey) -> str | None:
+        """Under the lock: the oldest warm sandbox of this key that still runs."""
+        ids = self._warm.get(key, [])
+        while ids:
+            sandbox_id = ids.pop(0)
+            record = self._records[sandbox_id]
+            if self.runtime.alive(self.identity(record)):
+                return sandbox_id
+            log.warning("warm sandbox %s died; discarding it", sandbox_id)
+            self._forget(sandbox_id)
+            self._cleanup(record, None)
+        return None
+
+    def _make_room(self) -> str | None:
+        """Under the lock: a warm sandbox of another pool to give up so a cold claim fits,
+        or None when there is room. Raises AtCapacity when every slot is claimed."""
+        live = len(self._records) + sum(self._starting.values())
+        if live < self.settings.max_sandboxes:
+            return None
+        for ids in self._warm.values():
+            if ids:
+                victim = ids.pop()
+                return victim
+        raise AtCapacity(f"node {self.settings.node} is at capacity")
+
+    def _reserve(self, key: PoolKey) -> int:
+        """Under the lock: count a start in progress and pick a host uid for it."""
+        self._starting[key] = self._starting.get(key, 0) + 1
+        uid = self.settings.uid_base
+        while uid in self._uids_in_use:
+            uid += 1
+        self._uids_in_use.add(uid)
+        return uid
+
+    def _next_refill(self) -> PoolKey | None:
+        """Under the lock: the pool furthest below its target, if there is room."""
+        live = len(self._records) + sum(self._starting.values())
+        if live >= self.settings.max_sandboxes:
+            return None
+        lacking = [
+            (len(self._warm.get(k, ())) + self._starting.get(k, 0) - target, k)
+            for k, target in self._targets.items()
+        ]
+        lacking = [item for item in lacking if item[0] < 0]
+        return min(lacking)[1] if lacking else None
+
+    def _start_sandbox(self, key: PoolKey, uid: int) -> SandboxRecord:
+        sandbox_id = "sb_" + secrets.token_hex(6)
+        record = SandboxRecord(
+            id=sandbox_id,
+            token="",
+            template=key.template,
+            net=key.net,
+            size=key.size,
+            uid=uid,
+            pid=0,
+            start_time=0,
+            pid_namespace=0,
+            claimed=False,
+            claim_ref="",
+            metadata={},
+            ttl_seconds=0,
+            deadline=None,
+            claimed_at=None,
+            on_expire="destroy",
+            hibernated=False,
+            created_at=self._now(),
+        )
+        identity = self.runtime.start(self.spec(record))
+        record.pid = identity.pid
+        record.start_time = identity.start_time
+        record.pid_namespace = identity.pid_namespace
+        self._state.put(record)
+        return record
+
+    def _grant(self, record: SandboxRecord, request: ClaimRequest, ttl: int) -> None:
+        """Under the lock: hand a started sandbox to a claimant and persist it."""
+        now = self._now()
+        record.claimed = True
+        record.token = secrets.token_urlsafe(24)
+        record.claim_ref = request.claim_ref
+        record.metadata = dict(request.metadata)
+        record.ttl_seconds = ttl
+        record.deadline = now + ttl
+        record.claimed_at = now
+        record.on_expire = request.on_expire
+        self._state.put(record)
+
+    def _add(self, record: SandboxRecord) -> None:
+        self._records[record.id] = record
+        self._uids_in_use.add(record.uid)
+        if not record.claimed:
+            self._warm.setdefault(record.key, []).append(record.id)
+
+    def _forget(self, sandbox_id: str) -> SandboxRecord | None:
+        record = self._records.pop(sandbox_id, None)
+        if record is not None:
+            ids = self._warm.get(record.key, [])
+            if sandbox_id in ids:
+                ids.remove(sandbox_id)
+        return record
+
+    def _destroy(self, sandbox_id: str) -> bool:
+        """Destroy one sandbox; False if another caller got there first."""
+        with self._lock:
+            record = self._forget(sandbox_id)
+        if record is None:
+            return False
+        self._cleanup(record, self.identity(record))
+        self._refill_wanted.set()
+        return True
+
+    def _cleanup(self, record: SandboxRecord, identity: Identity | None) -> None:
+        # Kill first, forget on disk second: a crash in between leaves a row whose
+        # sandbox is dead, which the next start cleans up.
+        try:
+            self.runtime.destroy(self.spec(record), identity)
+        finally:
+            self._state.delete(record.id)
+            with self._lock:
+                self._uids_in_use.discard(record.uid)
+
+    def _now(self) -> float:
+        return self.clock.now().timestamp()
+
+    def _refill_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._refill_wanted.wait()
+            self._refill_wanted.clear()
+            try:
+                self.refill_once()
+            except Exception:
+                # Already logged; try again later instead of spinning on a broken start.
+                self._stopping.wait(REFILL_RETRY_SECONDS)
+                self._refill_wanted.set()
+
+    def _reap_loop(self) -> None:
+        while not self._stopping.wait(self.settings.reap_interval):
+            self.reap()
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptionReport:
+    adopted: tuple[str, ...]
+    cleaned: tuple[str, ...]
+
+
+def _ttl(ttl_seconds: int) -> int:
+    if ttl_seconds < 0:
+        raise BadRequest("ttl_seconds: must not be negative")
+    return min(ttl_seconds, MAX_TTL_SECONDS)
+
+
+def _key_json(key: PoolKey) -> dict[str, str]:
+    return {"template": key.template, "net": key.net, "size": key.size}
+
+
+def _guarded(name: str, loop: Any) -> Any:
+    def run() -> None:
+        try:
+            loop()
+        except Exception:
+            log.exception("%s crashed", name)
+            raise
+
+    return run

@@ -1,0 +1,725 @@
+"""The bubblewrap runtime: each sandbox is an unprivileged user namespace of its own uid.
+
+How a sandbox starts (``launch_command``), as root, for uid ``UID``::
+
+    /bin/sh -c 'echo $$ >.../memory/sandboxctl/ID/cgroup.procs && ... ; exec "$@"' \\
+      sandboxctl-join \\
+      [prlimit --nproc=N:N --as=BYTES:BYTES --]                    # rlimit mode only
+      setpriv --reuid=UID --regid=UID --clear-groups -- \\
+      bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --unshare-uts \\
+            [--unshare-net] --unshare-cgroup-try --hostname NAME \\
+            --ro-bind ROOT / --proc /proc --dev /dev [--tmpfs /run] \\
+            --size TMP_BYTES --tmpfs /tmp --tmpfs /home --bind HOME /home/user \\
+            --ro-bind HOME.passwd /etc/passwd --ro-bind HOME.group /etc/group \\
+            --chdir /home/user --setenv HOME /home/user --new-session --info-fd I -- \\
+            /bin/sh -c 'printf R; exec sleep infinity >/dev/null'
+
+Readiness is the ``R`` on the command's stdout, a pipe we read one byte from (a pipe,
+not a numbered fd: dash accepts only single-digit fds in redirections).
+
+bwrap itself runs as the sandbox uid, never as root: its user namespace maps only
+``UID`` to itself, so every process of the sandbox is ``UID`` on the host, has no
+capabilities (CapEff 0), runs with NoNewPrivs and cannot create further user
+namespaces. It sees its own pids only, its own /tmp (a tmpfs of ``tmp_bytes``), an empty
+/home with just its home in it, the read-only ROOT elsewhere, and with ``network=False``
+a network namespace holding only ``lo``. ``--tmpfs /run`` hides the host's sockets in
+/run (a read-only bind does not stop ``connect`` on a unix socket). What stays visible:
+the rest of the host filesystem read-only (when ROOT is "/") under normal permissions,
+including a read-only /sys.
+
+The launcher (the outer bwrap) stays our child and waits for the sandbox's init (the
+inner bwrap, pid 1 of the namespace = ``Identity.pid``); the runtime reaps it when it
+exits (checked on every call, awaited by ``destroy``), so none stays a zombie.
+Neither ``--die-with-parent`` nor ``--as-pid-1`` is used: a sandbox survives the
+agent, and a restarted agent finds it again from its ``Identity``. Launchers of
+sandboxes adopted after a restart are the host init's to reap.
+
+Limits: with cgroups (``limits_mode == "cgroup-v1"``, see ``cgroups.py``) memory
+(memory+swap), pids and cpu are limited per sandbox, and freezing uses the cgroup
+freezer. Without them (``"rlimit"``) each process gets RLIMIT_AS = memory (per process,
+not in total) and the uid RLIMIT_NPROC = max_processes (per uid, so per sandbox), there
+is no CPU limit, and freezing sends SIGSTOP/SIGCONT to every process of the namespace
+(which a process can observe, e.g. a shell's job control).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from sandboxctl.sandboxd import procfs
+from sandboxctl.sandboxd.cgroups import Cgroups, join_command
+from sandboxctl.sandboxd.runtime import Identity, Limits, RuntimeFailure, SandboxSpec
+
+SANDBOX_HOME = "/home/user"
+SANDBOX_USER = "user"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+FREEZE_TIMEOUT = 5.0
+READY_SCRIPT = "printf R; exec sleep infinity >/dev/null"  # stdout: the readiness pipe
+FAILED_TO_ENTER = 125  # exit status of an enter command that found no sandbox to enter
+
+INSTALL_HINTS = {
+    "bwrap": "install bubblewrap: apt-get install bubblewrap",
+    "setpriv": "install util-linux: apt-get install util-linux",
+    "nsenter": "install util-linux: apt-get install util-linux",
+    "prlimit": "install util-linux: apt-get install util-linux",
+    "stat": "install coreutils: apt-get install coreutils",
+}
+
+
+def sandbox_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A clean environment for a process inside a sandbox.
+
+    ``enter_command`` does not set one: nsenter keeps the caller's environment, so the
+    caller passes this (plus its own variables) as ``env=`` to ``Popen``. Never pass
+    the agent's own environment into a sandbox.
+    """
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": SANDBOX_HOME,
+        "USER": SANDBOX_USER,
+        "LOGNAME": SANDBOX_USER,
+        "SHELL": "/bin/sh",
+        "LANG": "C.UTF-8",
+    }
+    env.update(extra or {})
+    return env
+
+
+def find_tools(names: Sequence[str]) -> dict[str, str]:
+    """Absolute paths of the host tools a runtime needs; RuntimeFailure names the fix."""
+    found: dict[str, str] = {}
+    for name in names:
+        path = shutil.which(name, path=DEFAULT_PATH)
+        if path is None:
+            raise RuntimeFailure(f"{name} not found: {INSTALL_HINTS.get(name, name)}")
+        found[name] = path
+    return found
+
+
+def prlimit_args(prlimit: str, limits: Limits) -> list[str]:
+    return [
+        prlimit,
+        f"--nproc={limits.max_processes}:{limits.max_processes}",
+        f"--as={limits.memory_bytes}:{limits.memory_bytes}",
+        "--",
+    ]
+
+
+def passwd_paths(spec: SandboxSpec) -> tuple[Path, Path]:
+    """The sandbox's /etc/passwd and /etc/group on the host, next to its home."""
+    return (
+        spec.home.parent / f"{spec.home.name}.passwd",
+        spec.home.parent / f"{spec.home.name}.group",
+    )
+
+
+def prepare_home(spec: SandboxSpec) -> None:
+    """Create the host home (0700, owned by the uid) and the passwd and group files.
+
+    The home's parent must already exist and be traversable by the uid (e.g. 0711).
+    """
+    make_home(spec)
+    passwd, group = passwd_paths(spec)
+    nobody = "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    _write_private(
+        passwd,
+        f"{SANDBOX_USER}:x:{spec.uid}:{spec.uid}::{SANDBOX_HOME}:/bin/sh\n{nobody}",
+        spec.uid,
+    )
+    _write_private(group, f"{SANDBOX_USER}:x:{spec.uid}:\nnogroup:x:65534:\n", spec.uid)
+
+
+def make_home(spec: SandboxSpec) -> None:
+    """Create the host home directory if missing: 0700, owned by the sandbox uid."""
+    if spec.uid <= 0:
+        raise RuntimeFailure(f"sandbox {spec.id}: refusing uid {spec.uid} (must be > 0)")
+    if not spec.home.is_absolute():
+        raise RuntimeFailure(f"sandbox {spec.id}: home must be absolute, got {spec.home}")
+    if not spec.home.parent.is_dir():
+        raise RuntimeFailure(f"sandbox {spec.id}: {spec.home.parent} does not exist")
+    if spec.home.is_symlink():
+        raise RuntimeFailure(f"sandbox {spec.id}: home {spec.home} is a symlink")
+    with contextlib.suppress(FileExistsError):
+        spec.home.mkdir(mode=0o700)
+    os.chown(spec.home, spec.uid, spec.uid)
+    spec.home.chmod(0o700)
+
+
+def remove_home(spec: SandboxSpec) -> None:
+    for path in passwd_paths(spec):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    if spec.home.is_symlink():
+        spec.home.unlink()
+    elif spec.home.exists():
+        shutil.rmtree(spec.home)  # fd-based: safe against symlinks the sandbox left
+
+
+def _write_private(path: Path, text: str, gid: int) -> None:
+    """Write a root-owned file readable by group ``gid`` only (0640), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
+    try:
+        os.write(fd, text.encode())
+        os.fchown(fd, 0, gid)
+        os.fchmod(fd, 0o640)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class Launchers:
+    """Launcher processes, by sandbox id, reaped so that none stays a zombie.
+
+    One registry per agent process (``LAUNCHERS``), shared by every runtime object:
+    the launchers are children of the process, not of a runtime, so a runtime made
+    later in the same process (an agent restarted in-process) still reaps them, and a
+    runtime that is dropped while its sandboxes run drops no Popen that still runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def add(self, sandbox_id: str, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs[sandbox_id] = proc
+
+    def reap(self) -> None:
+        """Collect every launcher that has exited (cheap; called from every verb)."""
+        with self._lock:
+            done = [sid for sid, proc in self._procs.items() if proc.poll() is not None]
+            for sid in done:
+                del self._procs[sid]
+
+    def kill_children(self, sandbox_id: str) -> None:
+        """SIGKILL the children of a sandbox's launcher: its init, whatever its pid."""
+        with self._lock:
+            proc = self._procs.get(sandbox_id)
+        if proc is None or proc.poll() is not None:
+            return
+        for pid in procfs.all_pids():
+            stat = procfs.read_stat(pid)
+            if stat is not None and stat.ppid == proc.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def wait(self, sandbox_id: str, timeout: float) -> None:
+        """Wait for the launcher of a sandbox whose init was killed; kill it if it lingers."""
+        with self._lock:
+            proc = self._procs.pop(sandbox_id, None)
+        if proc is None:
+            return
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def read_to_eof(fd: int, deadline: float) -> bytes:
+    """Everything written to a pipe until its last writer closes it, or RuntimeFailure."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = read_some(fd, deadline)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def read_some(fd: int, deadline: float) -> bytes:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        if poller.poll(left * 1000):
+            return os.read(fd, 4096)
+
+
+def read_available(fd: int, limit: int = 8192) -> str:
+    """What a pipe holds right now, without waiting for writers to close it."""
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        return os.read(fd, limit).decode(errors="replace").strip()
+    except BlockingIOError:
+        return ""
+
+
+def check_path(path: str) -> list[str]:
+    """The components of an absolute sandbox path after resolving ``.`` and ``..``.
+
+    Lexical only: symlinks inside the sandbox are not (and cannot safely be) resolved.
+    """
+    if not path.startswith("/") or "\0" in path:
+        raise RuntimeFailure(f"not an absolute path: {path!r}")
+    parts: list[str] = []
+    for component in path.split("/"):
+        if component in ("", "."):
+            continue
+        if component == "..":
+            if not parts:
+                raise RuntimeFailure(f"path escapes the sandbox root: {path!r}")
+            parts.pop()
+        else:
+            parts.append(component)
+    return parts
+
+
+LAUNCHERS = Launchers()
+
+
+class BubblewrapRuntime:
+    """Sandboxes as bubblewrap user namespaces, one host uid each (see the module doc)."""
+
+    name = "bubblewrap"
+    isolated = True
+    TOOLS = ("bwrap", "setpriv", "nsenter", "prlimit", "stat")
+
+    def __init__(
+        self,
+        *,
+        use_cgroups: bool | None = None,
+        cgroups: Cgroups | None = None,
+        start_timeout: float = START_TIMEOUT,
+        stop_timeout: float = STOP_TIMEOUT,
+    ) -> None:
+        """``use_cgroups``: None detects (cgroups if usable, else rlimits), True
+        requires them, False forces rlimits. ``cgroups`` picks the hierarchy root and
+        parent directory (default /sys/fs/cgroup/<ctrl>/sandboxctl)."""
+        self._tools = find_tools(self.TOOLS)
+        self._cgroups = cgroups or Cgroups()
+        if use_cgroups is False:
+            self._use_cgroups = False
+        else:
+            self._use_cgroups = self._cgroups.available()
+            if use_cgroups and not self._use_cgroups:
+                raise RuntimeFailure(f"cgroups are unavailable: {self._cgroups.reason}")
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._launchers = LAUNCHERS
+
+    @property
+    def limits_mode(self) -> str:
+        """How limits are enforced here: "cgroup-v1" or "rlimit"."""
+        return "cgroup-v1" if self._use_cgroups else "rlimit"
+
+    @property
+    def freeze_mode(self) -> str:
+        """How ``freeze`` stops a sandbox: "cgroup-v2", "cgroup-v1" or "signals"."""
+        return self._cgroups.freezer if self._use_cgroups else "signals"
+
+    @classmethod
+    def check(cls) -> None:
+        """Verify this host can run the runtime; RuntimeFailure says how to fix it."""
+        if os.geteuid() != 0:
+            raise RuntimeFailure(
+                "the bubblewrap runtime must run as root: it starts each sandbox as its own uid"
+            )
+        tools = find_tools(cls.TOOLS)
+        probe = [
+            tools["setpriv"],
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            tools["bwrap"],
+            "--unshare-user",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ]
+        try:
+            result = subprocess.run(
+                probe,
+                env=sandbox_env(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeFailure(f"bwrap does not run: {exc}") from exc
+        if result.returncode != 0:
+            why = (result.stderr.strip().splitlines() or ["no error output"])[-1]
+            raise RuntimeFailure(
+                f"unprivileged bwrap user namespaces do not work ({why}): allow them, "
+                "e.g. sysctl -w user.max_user_namespaces=100000 "
+                "kernel.unprivileged_userns_clone=1"
+            )
+
+    # --- the Runtime protocol ------------------------------------------------------------
+
+    def launch_command(self, spec: SandboxSpec, info_fd: int) -> list[str]:
+        """The host command line that starts the sandbox (run as root, see module doc)."""
+        passwd, group = passwd_paths(spec)
+        bwrap = [
+            self._tools["bwrap"],
+            "--unshare-user",
+            "--disable-userns",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            *([] if spec.network else ["--unshare-net"]),
+            "--unshare-cgroup-try",
+            "--hostname",
+            spec.hostname,
+            "--ro-bind",
+            str(spec.root),
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            *(["--tmpfs", "/run"] if (spec.root / "run").is_dir() else []),
+            "--size",
+            str(spec.limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/home",
+            "--bind",
+            str(spec.home),
+            SANDBOX_HOME,
+            "--ro-bind",
+            str(passwd),
+            "/etc/passwd",
+            "--ro-bind",
+            str(group),
+            "/etc/group",
+            "--chdir",
+            SANDBOX_HOME,
+            "--setenv",
+            "HOME",
+            SANDBOX_HOME,
+            "--new-session",
+            "--info-fd",
+            str(info_fd),
+            "--",
+            "/bin/sh",
+            "-c",
+            READY_SCRIPT,
+        ]
+        setpriv = [
+            self._tools["setpriv"],
+            f"--reuid={spec.uid}",
+            f"--regid={spec.uid}",
+            "--clear-groups",
+            "--",
+        ]
+        if self._use_cgroups:
+            return join_command(self._cgroups.procs_files(spec.id), [*setpriv, *bwrap])
+        return [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *bwrap]
+
+    def start(self, spec: SandboxSpec) -> Identity:
+        self._launchers.reap()
+        self._check_root(spec)
+        try:
+            prepare_home(spec)
+            if self._use_cgroups:
+                self._cgroups.create(spec.id, spec.limits)
+        except OSError as exc:
+            self._cleanup_quietly(spec)
+            raise RuntimeFailure(f"sandbox {spec.id}: cannot prepare: {exc}") from exc
+        except RuntimeFailure:
+            self._cleanup_quietly(spec)
+            raise
+        info_r, info_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        err_r, err_w = os.pipe()
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            try:
+                proc = subprocess.Popen(
+                    self.launch_command(spec, info_w),
+                    pass_fds=(info_w,),
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=ready_w,
+                    stderr=err_w,
+                    cwd="/",
+                    env=sandbox_env(),
+                )
+            finally:
+                for fd in (info_w, ready_w, err_w):
+                    os.close(fd)
+            self._launchers.add(spec.id, proc)
+            deadline = time.monotonic() + self._start_timeout
+            info = read_to_eof(info_r, deadline)
+            if not info:
+                raise _StartError("bwrap failed before starting the sandbox")
+            ready = read_some(ready_r, deadline)
+            if ready != b"R":
+                raise _StartError("the sandbox's init exited before it was ready")
+            identity = self._identity_from(json.loads(info))
+        except (_StartError, TimeoutError, OSError, ValueError, KeyError) as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else str(exc)
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.5)  # a failing bwrap exits at once; let it write why
+            detail = read_available(err_r)
+            self._cleanup_quietly(spec)
+            raise RuntimeFailure(
+                f"sandbox {spec.id} did not start: {why}" + (f": {detail}" if detail else "")
+            ) from exc
+        except BaseException:  # a bug or an interrupt: still leave nothing behind
+            self._cleanup_quietly(spec)
+            raise
+        finally:
+            for fd in (info_r, ready_r, err_r):
+                os.close(fd)
+        return identity
+
+    def alive(self, identity: Identity) -> bool:
+        self._launchers.reap()
+        return procfs.matches(identity)
+
+    def freeze(self, spec: SandboxSpec, identity: Identity) -> None:
+        self._launchers.reap()
+        try:
+            if self._use_cgroups:
+                self._cgroups.freeze(spec.id, FREEZE_TIMEOUT)
+                return
+            self._require_alive(spec, identity)
+            stop_namespace(identity.pid_namespace, FREEZE_TIMEOUT)
+        except OSError as exc:
+            raise RuntimeFailure(f"sandbox {spec.id}: cannot freeze: {exc}") from exc
+
+    def thaw(self, spec: SandboxSpec, identity: Identity) -> None:
+        self._launchers.reap()
+        try:
+            if self._use_cgroups:
+                self._cgroups.thaw(spec.id)
+                return
+            self._require_alive(spec, identity)
+            continue_namespace(identity.pid_namespace)
+        except OSError as exc:
+            raise RuntimeFailure(f"sandbox {spec.id}: cannot thaw: {exc}") from exc
+
+    def destroy(self, spec: SandboxSpec, identity: Identity | None) -> None:
+        """Kill the namespace's init (which kills the namespace), reap the launcher, kill
+        and remove the cgroups, kill any process left with the uid, then remove the
+        passwd/group files and the home directory."""
+        try:
+            if self._use_cgroups:
+                self._cgroups.thaw(spec.id)
+            elif identity is not None and procfs.matches(identity):
+                continue_namespace(identity.pid_namespace)  # see continue_namespace
+            # The init first, and let its parent (the launcher) reap it before the rest
+            # dies: killed at once, the launcher would leave it to the host's init.
+            if identity is not None:
+                kill_init(identity, self._stop_timeout)
+            else:
+                self._launchers.kill_children(spec.id)
+            self._launchers.wait(spec.id, self._stop_timeout)
+            if self._use_cgroups:
+                self._cgroups.remove(spec.id, self._stop_timeout)
+            kill_uid(spec.uid, self._stop_timeout)
+            remove_home(spec)
+        except OSError as exc:
+            raise RuntimeFailure(f"sandbox {spec.id}: cannot destroy: {exc}") from exc
+        finally:
+            self._launchers.reap()
+
+    def enter_command(
+        self, spec: SandboxSpec, identity: Identity, argv: Sequence[str]
+    ) -> list[str]:
+        """``argv`` inside the sandbox: its cgroups, all its namespaces, its uid and gid
+        (no supplementary groups, NoNewPrivs, no capabilities), cwd /home/user.
+
+        The environment is the caller's: pass ``sandbox_env()`` as ``env=``. nsenter
+        forks ``argv`` into the pid namespace and waits for it (exiting with its
+        status, or by its signal), but does not forward signals: start it with
+        ``start_new_session=True`` and signal it with ``signal_entered``. The command
+        refuses to run (exit 125) when, by the time it runs, the sandbox's init is gone
+        or its pid is another process's (checked by pid namespace inode) or, with
+        cgroups, the sandbox has been destroyed.
+        """
+        if not argv:
+            raise RuntimeFailure("enter_command: empty argv")
+        self._require_alive(spec, identity)
+        pid = identity.pid
+        nsenter = [
+            self._tools["nsenter"],
+            "-t",
+            str(pid),
+            "-U",
+            "-p",
+            "-m",
+            "-i",
+            "-u",
+            "-n",
+            "-C",
+            "-w",
+            "-S",
+            str(spec.uid),
+            "-G",
+            str(spec.uid),
+            "--",
+            *argv,
+        ]
+        # setpriv drops root's supplementary groups (nsenter cannot: setgroups is
+        # denied inside the user namespace) and sets NoNewPrivs before nsenter runs.
+        setpriv = [self._tools["setpriv"], "--clear-groups", "--no-new-privs", "--"]
+        guard = (
+            f'[ "$({self._tools["stat"]} -L -c %i /proc/{pid}/ns/pid 2>/dev/null)" = '
+            f'"{identity.pid_namespace}" ] || '
+            f'{{ echo "sandboxctl: sandbox {spec.id} is not running" >&2; '
+            f"exit {FAILED_TO_ENTER}; }}"
+        )
+        if self._use_cgroups:
+            return join_command(
+                self._cgroups.procs_files(spec.id), [*setpriv, *nsenter], guard=guard
+            )
+        limited = [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *nsenter]
+        return join_command([], limited, guard=guard)
+
+    @staticmethod
+    def signal_entered(pgid: int, sig: int) -> None:
+        """Signal a command started from ``enter_command`` in a session of its own
+        (``pgid`` is the pid the caller spawned): every process of its group except the
+        group leader, nsenter, which exits by itself once its child has.
+
+        ``os.killpg`` would work too, but killing nsenter together with its child
+        leaves the child's zombie to the host's init, because nsenter is outside the
+        sandbox's pid namespace; the namespace's init then waits for it on destroy.
+        """
+        for pid in procfs.all_pids():
+            stat = procfs.read_stat(pid)
+            if pid != pgid and stat is not None and stat.pgrp == pgid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+
+    def host_path(self, spec: SandboxSpec, identity: Identity, path: str) -> Path:
+        """``/proc/PID/root`` + ``path``, with ``.`` and ``..`` resolved lexically; a path
+        that climbs above / raises RuntimeFailure.
+
+        Use the result only with the sandbox uid's credentials (a process or fsuid of
+        ``spec.uid``), never as root: symlinks inside the sandbox are followed by the
+        kernel, and an absolute symlink resolves against the *host* root when reached
+        through /proc/PID/root, so root following one could touch any host file. (Root
+        also cannot create files in the sandbox's /tmp: the tmpfs belongs to the
+        sandbox's user namespace, where uid 0 is unmapped, and the kernel answers
+        EOVERFLOW.) The path is valid while the sandbox runs; it is checked once here.
+        """
+        parts = check_path(path)
+        self._require_alive(spec, identity)
+        return Path(f"/proc/{identity.pid}/root").joinpath(*parts)
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _check_root(self, spec: SandboxSpec) -> None:
+        if not spec.root.is_absolute() or not spec.root.is_dir():
+            raise RuntimeFailure(f"sandbox {spec.id}: root {spec.root} is not a directory")
+        for inside in ("proc", "dev", "tmp", "home", "etc/passwd", "etc/group"):
+            if not os.path.lexists(spec.root / inside):
+                raise RuntimeFailure(
+                    f"sandbox {spec.id}: root {spec.root} lacks /{inside}, needed as a mount point"
+                )
+
+    def _identity_from(self, info: dict[str, object]) -> Identity:
+        child = info["child-pid"]
+        if not isinstance(child, int):
+            raise ValueError(f"bwrap reported no child pid: {info}")
+        identity = procfs.identity_of(child)
+        if identity is None:
+            raise _StartError(f"the sandbox's init {child} is gone")
+        if identity.pid_namespace != info.get("pid-namespace", identity.pid_namespace):
+            raise _StartError(f"process {child} is not in the sandbox's pid namespace")
+        return identity
+
+    def _require_alive(self, spec: SandboxSpec, identity: Identity) -> None:
+        if not procfs.matches(identity):
+            raise RuntimeFailure(f"sandbox {spec.id} is not running")
+
+    def _cleanup_quietly(self, spec: SandboxSpec) -> None:
+        """Undo a failed start; the start's own error is the one to report."""
+        with contextlib.suppress(RuntimeFailure, OSError):
+            self.destroy(spec, None)
+
+
+class _StartError(Exception):
+    pass
+
+
+def stop_namespace(pid_namespace: int, timeout: float) -> None:
+    """SIGSTOP every process of a pid namespace, including ones forked meanwhile, and
+    return once all of them are stopped."""
+    stop_all(lambda: procfs.pids_in_pid_namespace(pid_namespace), timeout)
+
+
+def continue_namespace(pid_namespace: int) -> None:
+    """SIGCONT every process of a pid namespace, and every stopped parent outside it.
+
+    Those parents are nsenter processes of ``enter_command``: nsenter stops itself when
+    its child stops, and is not in the namespace. Left stopped, it would never reap its
+    child, and a killed namespace init waits for exactly that before it exits.
+    """
+    members = procfs.pids_in_pid_namespace(pid_namespace)
+    procfs.signal_pids(members, signal.SIGCONT)
+    parents = {stat.ppid for stat in map(procfs.read_stat, members) if stat is not None}
+    for pid in parents.difference(members, {0}):
+        stat = procfs.read_stat(pid)
+        if stat is not None and stat.state in ("T", "t"):
+            procfs.signal_pids([pid], signal.SIGCONT)
+
+
+def stop_all(members: Callable[[], list[int]], timeout: float) -> None:
+    """SIGSTOP every process ``members()`` lists until all of them are stopped, again
+    for ones forked (or continued by a sibling) meanwhile."""
+
+    def all_stopped() -> bool:
+        running = []
+        for pid in members():
+            stat = procfs.read_stat(pid)
+            if stat is not None and stat.state not in ("T", "t", "Z", "X"):
+                running.append(pid)
+        procfs.signal_pids(running, signal.SIGSTOP)
+        return not running
+
+    if not procfs.wait_until(timeout, all_stopped):
+        raise RuntimeFailure(f"the sandbox's processes did not stop within {timeout:g}s")
+
+
+def kill_init(identity: Identity, timeout: float) -> None:
+    """SIGKILL a sandbox's init (the kernel then kills its whole pid namespace) and wait
+    until its parent, the launcher, has reaped it. Not if the launcher is gone already
+    (parent pid 1): then the host's init reaps it, whenever it does."""
+    init = procfs.read_stat(identity.pid) if procfs.matches(identity) else None
+    if init is None or not procfs.signal_identity(identity, signal.SIGKILL) or init.ppid == 1:
+        return
+
+    def reaped() -> bool:
+        stat = procfs.read_stat(identity.pid)
+        return stat is None or stat.start_time != identity.start_time
+
+    procfs.wait_until(timeout, reaped)
+
+
+def kill_uid(uid: int, timeout: float) -> None:
+    """SIGKILL every process of ``uid`` until none is left (uids are per sandbox)."""
+
+    def none_left() -> bool:
+        left = procfs.pids_of_uid(uid)
+        procfs.signal_pids(left, signal.SIGKILL)
+        return not left
+
+    if not procfs.wait_until(timeout, none_left):
+        raise RuntimeFailure(f"processes of uid {uid} survived SIGKILL for {timeout:g}s")

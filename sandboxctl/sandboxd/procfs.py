@@ -1,0 +1,141 @@
+"""Reading /proc: who a process is, and which processes belong to a sandbox.
+
+Every function tolerates processes that vanish while they are read: a process that is
+gone is simply not reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandboxctl.sandboxd.runtime import Identity
+
+PROC = Path("/proc")
+POLL_INTERVAL = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    state: str  # R, S, D, T, t, Z, X, ...
+    ppid: int
+    pgrp: int
+    start_time: int  # clock ticks since boot (field 22)
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """Fields of /proc/PID/stat, or None if there is no such process."""
+    try:
+        raw = (PROC / str(pid) / "stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return ProcStat(
+        state=fields[0].decode(),
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        start_time=int(fields[19]),
+    )
+
+
+def pid_namespace(pid: int) -> int | None:
+    """The inode of the pid namespace of ``pid`` (needs ptrace access: root)."""
+    try:
+        return os.stat(PROC / str(pid) / "ns" / "pid").st_ino
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None  # gone, or a process even root may not inspect (e.g. some inits)
+
+
+def identity_of(pid: int) -> Identity | None:
+    stat = read_stat(pid)
+    ns = pid_namespace(pid)
+    if stat is None or ns is None:
+        return None
+    return Identity(pid=pid, start_time=stat.start_time, pid_namespace=ns)
+
+
+def matches(identity: Identity) -> bool:
+    """True iff ``identity.pid`` is still that very process, alive (not a zombie)."""
+    stat = read_stat(identity.pid)
+    if stat is None or stat.state in ("Z", "X") or stat.start_time != identity.start_time:
+        return False
+    return pid_namespace(identity.pid) == identity.pid_namespace
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir(PROC) if name.isdigit()]
+
+
+def pids_in_pid_namespace(inode: int) -> list[int]:
+    """Host pids of every live process whose pid namespace is ``inode``."""
+    found = []
+    for pid in all_pids():
+        if pid_namespace(pid) == inode:
+            stat = read_stat(pid)
+            if stat is not None and stat.state not in ("Z", "X"):
+                found.append(pid)
+    return found
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Host pids of every live process with ``uid`` as its real or effective uid."""
+    found = []
+    for pid in all_pids():
+        try:
+            status = (PROC / str(pid) / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        uids: list[str] = []
+        state = ""
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                uids = line.split()[1:3]
+            elif line.startswith("State:"):
+                state = line.split()[1]
+        if str(uid) in uids and state not in ("Z", "X"):
+            found.append(pid)
+    return found
+
+
+def signal_identity(identity: Identity, sig: int) -> bool:
+    """Send ``sig`` to exactly this process, never to a process that recycled its pid.
+
+    A pidfd pins the process before its identity is checked. Returns False when the
+    process is gone or is not ``identity`` any more.
+    """
+    try:
+        pidfd = os.pidfd_open(identity.pid)
+    except ProcessLookupError:
+        return False
+    try:
+        if not matches(identity):
+            return False
+        signal.pidfd_send_signal(pidfd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
+
+
+def signal_pids(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def wait_until(timeout: float, predicate: Callable[[], bool]) -> bool:
+    """Poll ``predicate`` every few milliseconds until it holds or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL)

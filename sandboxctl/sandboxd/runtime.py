@@ -1,0 +1,100 @@
+"""The contract between the agent and whatever isolates a sandbox.
+
+The agent decides *which* sandboxes exist (pools, leases, claims, state on disk); a
+runtime only starts, finds, freezes, enters and destroys one sandbox at a time. Every
+call is synchronous and may block briefly on the kernel; the agent calls it off the
+event loop.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sandboxctl.core.errors import SandboxctlError
+
+
+class Size(enum.StrEnum):
+    SMALL = "small"
+    MEDIUM = "medium"
+    LARGE = "large"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    cpu_count: int
+    memory_bytes: int
+    max_processes: int
+    tmp_bytes: int
+
+
+SIZE_LIMITS: Mapping[Size, Limits] = {
+    Size.SMALL: Limits(cpu_count=1, memory_bytes=512 << 20, max_processes=256, tmp_bytes=64 << 20),
+    Size.MEDIUM: Limits(cpu_count=2, memory_bytes=2 << 30, max_processes=512, tmp_bytes=256 << 20),
+    Size.LARGE: Limits(cpu_count=4, memory_bytes=8 << 30, max_processes=1024, tmp_bytes=1 << 30),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What to start. ``uid`` is a host uid used by no other live sandbox."""
+
+    id: str
+    uid: int
+    root: Path  # read-only root: "/" for the base template, or a template directory
+    home: Path  # host directory bound at /home/user, owned by ``uid``
+    network: bool  # False: a network namespace with only loopback (net=none)
+    limits: Limits
+    hostname: str = "sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Enough to find a sandbox again after the agent restarts, and never mistake a
+    recycled pid for it: the pid of the sandbox's init, that process's start time in
+    clock ticks since boot, and the inode of its pid namespace."""
+
+    pid: int
+    start_time: int
+    pid_namespace: int
+
+
+class RuntimeFailure(SandboxctlError):
+    """A runtime could not do what was asked: a start failed, the kernel refused."""
+
+
+class Runtime(Protocol):
+    name: str
+    isolated: bool  # False only for the explicit unsafe-process runtime
+
+    def start(self, spec: SandboxSpec) -> Identity:
+        """Start the sandbox and return once its init runs; it must survive the agent."""
+        ...
+
+    def alive(self, identity: Identity) -> bool:
+        """True iff this exact sandbox still runs (a recycled pid is not it)."""
+        ...
+
+    def freeze(self, spec: SandboxSpec, identity: Identity) -> None:
+        """Stop every process of the sandbox until ``thaw``."""
+        ...
+
+    def thaw(self, spec: SandboxSpec, identity: Identity) -> None: ...
+
+    def destroy(self, spec: SandboxSpec, identity: Identity | None) -> None:
+        """Kill every process, release kernel objects; idempotent, also for a dead one."""
+        ...
+
+    def enter_command(
+        self, spec: SandboxSpec, identity: Identity, argv: Sequence[str]
+    ) -> list[str]:
+        """The host command line that runs ``argv`` inside the sandbox: its namespaces,
+        its uid, its limits, cwd /home/user. The caller spawns and owns that process."""
+        ...
+
+    def host_path(self, spec: SandboxSpec, identity: Identity, path: str) -> Path:
+        """Where an absolute path inside the sandbox is on the host (for file access)."""
+        ...

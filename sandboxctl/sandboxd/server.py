@@ -1,0 +1,32 @@
+"""Serve one agent over HTTP until SIGTERM or SIGINT; sandboxes outlive the server."""
+
+from __future__ import annotations
+
+import logging
+
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.api import create_app
+from sandboxctl.serving import run_server
+
+log = logging.getLogger("sandboxctl.sandboxd")
+
+
+def serve(
+    agent: Agent, host: str, port: int, root_token: str | None, destroy_on_exit: bool
+) -> None:
+    """Adopt, serve, and on a stop signal close the listener and stop the loops."""
+    report = agent.start()
+    log.info(
+        "node %s serving on %s:%d (runtime %s); adopted %d, cleaned up %d",
+        agent.settings.node,
+        host,
+        port,
+        agent.runtime.name,
+        len(report.adopted),
+        len(report.cleaned),
+    )
+    try:
+        run_server(create_app(agent, root_token), host, port)
+    finally:
+        agent.stop(destroy=destroy_on_exit)
+        log.info("stopped; sandboxes %s", "destroyed" if destroy_on_exit else "left running")

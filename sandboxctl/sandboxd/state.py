@@ -1,0 +1,123 @@
+"""The agent's state on disk: one SQLite row per sandbox, written before a claim is answered.
+
+SQLite in WAL mode with ``synchronous=NORMAL`` survives the agent being killed at any
+point (the OS holds what was committed); a power loss may lose the last commits. Pool
+targets are configuration, not state: ``--pool`` flags apply at every start.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sandboxctl.core.model import PoolKey
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    template TEXT NOT NULL,
+    net TEXT NOT NULL,
+    size TEXT NOT NULL,
+    uid INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    start_time INTEGER NOT NULL,
+    pid_namespace INTEGER NOT NULL,
+    claimed INTEGER NOT NULL,
+    claim_ref TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    ttl_seconds INTEGER NOT NULL,
+    deadline REAL,
+    claimed_at REAL,
+    on_expire TEXT NOT NULL,
+    hibernated INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+
+@dataclass(slots=True)
+class SandboxRecord:
+    """One sandbox as the agent remembers it. Times are unix seconds (UTC)."""
+
+    id: str
+    token: str
+    template: str
+    net: str
+    size: str
+    uid: int
+    pid: int
+    start_time: int
+    pid_namespace: int
+    claimed: bool
+    claim_ref: str
+    metadata: dict[str, str]
+    ttl_seconds: int
+    deadline: float | None
+    claimed_at: float | None
+    on_expire: str
+    hibernated: bool
+    created_at: float
+
+    @property
+    def key(self) -> PoolKey:
+        return PoolKey(self.template, self.net, self.size)
+
+
+_COLUMNS = [f.name for f in fields(SandboxRecord)]
+
+
+class StateStore:
+    """Thread-safe; every write is committed before the call returns."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def put(self, record: SandboxRecord) -> None:
+        values = [_to_column(getattr(record, name)) for name in _COLUMNS]
+        marks = ",".join("?" * len(_COLUMNS))
+        with self._lock:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO sandboxes ({','.join(_COLUMNS)}) VALUES ({marks})",
+                values,
+            )
+
+    def delete(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM sandboxes WHERE id = ?", (sandbox_id,))
+
+    def sandboxes(self) -> list[SandboxRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {','.join(_COLUMNS)} FROM sandboxes ORDER BY created_at, id"
+            ).fetchall()
+        return [_from_row(row) for row in rows]
+
+
+def _to_column(value: Any) -> Any:
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _from_row(row: tuple[Any, ...]) -> SandboxRecord:
+    values = dict(zip(_COLUMNS, row, strict=True))
+    values["metadata"] = json.loads(values["metadata"])
+    values["claimed"] = bool(values["claimed"])
+    values["hibernated"] = bool(values["hibernated"])
+    return SandboxRecord(**values)

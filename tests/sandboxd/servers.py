@@ -1,0 +1,100 @@
+"""Real agents for tests: in-process on a loopback port, or as a `sandboxctl` subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.api import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(check, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``check`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextmanager
+def serving(agent: Agent, token: str | None) -> Iterator[str]:
+    """Serve ``agent`` on a free loopback port in this process; yields its address."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(agent, token), host="127.0.0.1", port=port, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, what="the agent to listen")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def agent_process(args: list[str], address: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `sandboxctl serve-sandboxd ARGS` until it answers; stop it at the end.
+
+    Its output goes to a file, not a pipe nobody drains, which could stall the agent.
+    """
+    command = [sys.executable, "-m", "sandboxctl", "serve-sandboxd", *args]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: _answers(address) or process.poll() is not None, what="the agent")
+            if process.poll() is not None:
+                log.seek(0)
+                output = log.read().decode(errors="replace")
+                raise AssertionError(f"agent exited with {process.returncode}: {output}")
+            yield process
+        finally:
+            _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _answers(address: str) -> bool:
+    try:
+        return httpx.get(f"http://{address}/metrics", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def write_token(path: Path, token: str) -> Path:
+    path.write_text(token + "\n")
+    return path

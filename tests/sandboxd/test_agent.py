@@ -1,0 +1,205 @@
+"""The agent's rules over real sandboxes: warm pools, leases, capacity, adoption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from datetime import timedelta
+
+import pytest
+
+from sandboxctl.clock import ManualClock
+from sandboxctl.core.model import PoolKey
+from sandboxctl.sandboxd.agent import Agent, ClaimRequest
+from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound
+from tests.sandboxd.conftest import BASE, T0
+from tests.sandboxd.servers import wait_until
+
+
+def _warm(agent: Agent, key: PoolKey = BASE) -> int:
+    return next(p["warm"] for p in agent.info()["pools"] if p["key"]["template"] == key.template)
+
+
+def _alive(agent: Agent, sandbox_id: str) -> bool:
+    record = agent._records.get(sandbox_id)
+    return record is not None and agent.runtime.alive(agent.identity(record))
+
+
+def test_a_claim_takes_a_warm_sandbox_and_the_refill_restores_the_pool(agent: Agent) -> None:
+    assert agent.refill_once() == 2
+    warm_ids = list(agent._warm[BASE])
+
+    record = agent.claim(ClaimRequest(template="base", claim_ref="team/a", metadata={"k": "v"}))
+
+    assert record.id == warm_ids[0]
+    assert record.token
+    assert record.deadline == (T0 + timedelta(seconds=300)).timestamp()
+    assert record.claimed_at == T0.timestamp()
+    assert _warm(agent) == 1
+    assert agent.info()["claimed"] == 1
+    assert agent.refill_once() == 1
+    assert _warm(agent) == 2
+
+
+def test_a_key_without_warm_sandboxes_is_created_cold(agent: Agent) -> None:
+    record = agent.claim(ClaimRequest(template="base", size="medium", net="egress"))
+    assert record.key == PoolKey("base", "egress", "medium")
+    assert _alive(agent, record.id)
+
+
+def test_release_destroys_and_a_second_release_is_not_found(agent: Agent) -> None:
+    record = agent.claim(ClaimRequest(template="base"))
+    identity = agent.identity(record)
+
+    agent.release(record.id)
+
+    assert not agent.runtime.alive(identity)
+    assert agent.sandboxes() == []
+    with pytest.raises(NotFound):
+        agent.release(record.id)
+
+
+def test_renew_moves_the_deadline_and_caps_it_at_a_day(agent: Agent, clock: ManualClock) -> None:
+    record = agent.claim(ClaimRequest(template="base", ttl_seconds=60))
+    clock.advance(100)
+
+    renewed = agent.renew(record.id, 600, None)
+    assert renewed.deadline == (T0 + timedelta(seconds=700)).timestamp()
+
+    capped = agent.renew(record.id, 10 * 24 * 3600, None)
+    assert capped.deadline == (T0 + timedelta(seconds=100, hours=24)).timestamp()
+
+
+def test_a_lease_expires_at_its_deadline_and_not_before(agent: Agent, clock: ManualClock) -> None:
+    record = agent.claim(ClaimRequest(template="base", ttl_seconds=60))
+    identity = agent.identity(record)
+
+    clock.advance(59)
+    assert agent.reap() == []
+    assert agent.runtime.alive(identity)
+
+    clock.advance(1)
+    assert agent.reap() == [(record.id, "destroyed")]
+    assert not agent.runtime.alive(identity)
+    assert agent.sandboxes() == []
+
+
+def test_on_expire_pause_hibernates_and_wake_grants_a_fresh_lease(
+    agent: Agent, clock: ManualClock
+) -> None:
+    record = agent.claim(ClaimRequest(template="base", ttl_seconds=60, on_expire="pause"))
+    clock.advance(61)
+
+    assert agent.reap() == [(record.id, "paused")]
+    assert agent.get(record.id).hibernated
+    assert agent.reap() == []  # already paused: nothing more to do
+    assert _alive(agent, record.id)
+
+    agent.wake(record.id)
+    assert agent.get(record.id).deadline == (T0 + timedelta(seconds=121)).timestamp()
+
+
+def test_hibernate_and_wake_each_refuse_the_wrong_state(agent: Agent) -> None:
+    record = agent.claim(ClaimRequest(template="base"))
+    with pytest.raises(Conflict):
+        agent.wake(record.id)
+    agent.hibernate(record.id)
+    assert agent.info()["hibernated"] == 1
+    with pytest.raises(Conflict):
+        agent.hibernate(record.id)
+    agent.wake(record.id)
+    assert not agent.get(record.id).hibernated
+
+
+def test_at_capacity_a_claim_is_refused(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent: Agent = make_agent(max_sandboxes=2, pools={})
+    agent.claim(ClaimRequest(template="base"))
+    agent.claim(ClaimRequest(template="base"))
+    assert agent.info()["at_capacity"] is True
+    with pytest.raises(AtCapacity):
+        agent.claim(ClaimRequest(template="base"))
+
+
+def test_a_cold_claim_may_take_the_place_of_a_warm_sandbox(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent: Agent = make_agent(max_sandboxes=2, pools={BASE: 2})
+    agent.refill_once()
+
+    record = agent.claim(ClaimRequest(template="base", size="large"))
+
+    assert record.size == "large"
+    assert _warm(agent) == 1
+    assert len(agent._records) == 2
+
+
+def test_set_pools_replaces_every_target_and_drains_the_rest(agent: Agent) -> None:
+    agent.refill_once()
+    drained = list(agent._warm[BASE])
+    medium = PoolKey("base", "none", "medium")
+
+    agent.set_pools({medium: 1})
+    agent.refill_once()
+
+    pools = {(p["key"]["size"], p["target"], p["warm"]) for p in agent.info()["pools"]}
+    assert pools == {("medium", 1, 1)}
+    assert not any(sandbox_id in agent._records for sandbox_id in drained)
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        (ClaimRequest(template="nope"), NotFound),
+        (ClaimRequest(template="base", net="wifi"), BadRequest),
+        (ClaimRequest(template="base", size="huge"), BadRequest),
+        (ClaimRequest(template="base", ttl_seconds=-1), BadRequest),
+        (ClaimRequest(template="base", on_expire="explode"), BadRequest),
+        (ClaimRequest(template="base", metadata={str(i): "v" for i in range(17)}), BadRequest),
+        (ClaimRequest(template="base", metadata={"k": "v" * 5000}), BadRequest),
+        (ClaimRequest(template="base", claim_ref="no-namespace"), BadRequest),
+    ],
+)
+def test_bad_claims_change_nothing(agent: Agent, request_: ClaimRequest, error: type) -> None:
+    with pytest.raises(error):
+        agent.claim(request_)
+    assert agent._records == {}
+
+
+def test_a_restarted_agent_adopts_every_live_sandbox(make_agent) -> None:  # type: ignore[no-untyped-def]
+    first: Agent = make_agent(pools={})
+    kept = first.claim(ClaimRequest(template="base", claim_ref="t/a", metadata={"k": "v"}))
+    died = first.claim(ClaimRequest(template="base", claim_ref="t/b"))
+    died_identity = first.identity(died)
+    os.kill(died.pid, signal.SIGKILL)  # its init dies, and the pid namespace with it
+    wait_until(lambda: not first.runtime.alive(died_identity), what="the init to die")
+
+    second: Agent = make_agent(pools={})  # the same state dir, as after a crash
+    report = second.adopt()
+
+    assert report.adopted == (kept.id,)
+    assert report.cleaned == (died.id,)
+    again = second.get(kept.id)
+    assert (again.token, again.deadline, again.metadata, again.claim_ref) == (
+        kept.token,
+        kept.deadline,
+        {"k": "v"},
+        "t/a",
+    )
+    assert not second.runtime.alive(died_identity)
+    first._records.clear()  # the second agent owns them now
+
+
+def test_a_recycled_pid_is_never_adopted(make_agent, state_dir) -> None:  # type: ignore[no-untyped-def]
+    first: Agent = make_agent(pools={})
+    record = first.claim(ClaimRequest(template="base"))
+    db = sqlite3.connect(state_dir / "sandboxd.sqlite")
+    # Same pid, another process start: what a recycled pid looks like.
+    db.execute("UPDATE sandboxes SET start_time = start_time + 1 WHERE id = ?", (record.id,))
+    db.commit()
+    db.close()
+
+    second: Agent = make_agent(pools={})
+    report = second.adopt()
+
+    assert report.adopted == ()
+    assert report.cleaned == (record.id,)
+    first._records.clear()

@@ -1,0 +1,194 @@
+"""The agent's HTTP API over real HTTP on loopback, with a root token."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
+from tests.sandboxd.servers import serving
+
+ROOT = "root-token-for-tests"
+
+
+@pytest.fixture
+def address(agent: Agent) -> Iterator[str]:
+    agent.refill_once()
+    with serving(agent, ROOT) as address:
+        yield address
+
+
+@pytest.fixture
+def client(address: str) -> Iterator[SandboxdClient]:
+    with SandboxdClient(address, ROOT) as client:
+        yield client
+
+
+def _requests(client: SandboxdClient, route: str, method: str, status: int) -> float:
+    pattern = (
+        rf'sandboxd_requests_total\{{method="{method}",route="{re.escape(route)}",'
+        rf'status="{status}"\}} ([0-9.e+]+)'
+    )
+    match = re.search(pattern, client.metrics())
+    return float(match.group(1)) if match else 0.0
+
+
+def test_info_lists_pools_counts_and_capacity(client: SandboxdClient) -> None:
+    info = client.info()
+    assert info["node"] == "n1"
+    assert info["advertise_addr"] == "127.0.0.1:7777"
+    assert info["pools"] == [
+        {"key": {"template": "base", "net": "none", "size": "small"}, "warm": 2, "target": 2,
+         "refilling": 0}
+    ]  # fmt: skip
+    assert (info["claimed"], info["hibernated"], info["capacity"], info["at_capacity"]) == (
+        0, 0, 6, False,
+    )  # fmt: skip
+
+
+def test_claim_list_get_release(client: SandboxdClient) -> None:
+    claimed = client.claim("base", claim_ref="team/a", metadata={"owner": "x"}, ttl_seconds=120)
+    assert set(claimed) == {"id", "token", "deadline", "owner_addr"}
+    assert claimed["owner_addr"] == "127.0.0.1:7777"
+    client.claim("base", claim_ref="team/b")
+
+    rows = client.sandboxes(claim_ref="team/a")
+    assert [r["id"] for r in rows] == [claimed["id"]]
+    row = rows[0]
+    assert row["key"] == {"template": "base", "net": "none", "size": "small"}
+    assert row["metadata"] == {"owner": "x"}
+    assert row["deadline"] == claimed["deadline"]
+    assert row["hibernated"] is False
+    assert row["cpu_count"] == 1
+    assert row["mem_total_bytes"] == 512 << 20
+    assert "token" not in row
+    assert client.get(claimed["id"])["token"] == claimed["token"]
+    assert len(client.sandboxes()) == 2
+    assert client.sandboxes(claim_ref="team") == []
+
+    client.release(claimed["id"])
+    with pytest.raises(SandboxdError) as gone:
+        client.release(claimed["id"])
+    assert gone.value.status == 404
+
+
+def test_renew_hibernate_and_wake_with_the_sandbox_token(
+    address: str, client: SandboxdClient
+) -> None:
+    claimed = client.claim("base")
+    own = SandboxdClient(address, claimed["token"])
+
+    renewed = own.renew(claimed["id"], 900)
+    assert renewed["deadline"] > claimed["deadline"]
+    own.hibernate(claimed["id"])
+    assert client.get(claimed["id"])["hibernated"] is True
+    with pytest.raises(SandboxdError) as twice:
+        own.hibernate(claimed["id"])
+    assert twice.value.status == 409
+    own.wake(claimed["id"])
+    own.release(claimed["id"])
+    own.close()
+
+
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_without_the_root_token_every_call_is_401(address: str, token: str | None) -> None:
+    with SandboxdClient(address, token) as stranger:
+        for call in (stranger.info, stranger.sandboxes, lambda: stranger.claim("base")):
+            with pytest.raises(SandboxdError) as refused:
+                call()
+            assert refused.value.status == 401
+
+
+def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: SandboxdClient) -> None:
+    mine = client.claim("base")
+    theirs = client.claim("base")
+    with SandboxdClient(address, mine["token"]) as own:
+        with pytest.raises(SandboxdError) as refused:
+            own.release(theirs["id"])
+        assert refused.value.status == 401
+        with pytest.raises(SandboxdError) as no_claims:
+            own.claim("base")
+        assert no_claims.value.status == 401
+    assert len(client.sandboxes()) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[]", 400, ""),
+        (json.dumps({"template": "nope"}).encode(), 404, "template 'nope'"),
+        (json.dumps({"template": "base", "ttl_seconds": -5}).encode(), 400, "ttl_seconds"),
+        (json.dumps({"template": "base", "ttl_seconds": "5"}).encode(), 400, "ttl_seconds"),
+        (json.dumps({"template": "base", "colour": "red"}).encode(), 400, "colour: unknown field"),
+        (
+            json.dumps({"template": "base", "metadata": {str(i): "v" for i in range(17)}}).encode(),
+            400,
+            "16 pairs",
+        ),
+        (b'{"template": "base", "x": "' + b"a" * (2 << 20) + b'"}', 413, "over 1048576 bytes"),
+    ],
+)
+def test_bad_claims_get_a_json_error_and_change_nothing(
+    address: str, client: SandboxdClient, body: bytes, status: int, message: str
+) -> None:
+    before = client.info()
+    response = httpx.post(
+        f"http://{address}/v1/claim",
+        content=body,
+        headers={"Authorization": f"Bearer {ROOT}", "Content-Type": "application/json"},
+    )
+    assert response.status_code == status
+    assert message in response.json()["error"]
+    assert client.sandboxes() == []
+    assert client.info()["pools"] == before["pools"]
+
+
+def test_a_streamed_body_over_the_cap_is_413(address: str) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"template": "base", "x": "'
+        for _ in range(40):
+            yield b"a" * 65536
+        yield b'"}'
+
+    response = httpx.post(
+        f"http://{address}/v1/claim",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {ROOT}"},
+    )
+    assert response.status_code == 413
+    assert "error" in response.json()
+
+
+def test_put_pools_replaces_the_set(client: SandboxdClient) -> None:
+    info = client.set_pools([{"template": "base", "size": "medium", "warm": 1}])
+    assert [(p["key"]["size"], p["target"]) for p in info["pools"] if p["target"]] == [
+        ("medium", 1)
+    ]
+    with pytest.raises(SandboxdError) as bad:
+        client.set_pools([{"template": "base", "warm": -1}])
+    assert bad.value.status == 400
+
+
+def test_metrics_count_requests_per_route(client: SandboxdClient) -> None:
+    claimed = client.claim("base")
+    client.get(claimed["id"])
+    client.get(claimed["id"])
+
+    assert _requests(client, "/v1/claim", "POST", 200) == 1
+    assert _requests(client, "/v1/sandboxes/{sandbox_id}", "GET", 200) == 2
+    assert _requests(client, "/v1/info", "GET", 200) == 0
+    assert "sandboxd_pool_warm" in client.metrics()
+
+
+def test_unknown_routes_are_json_404(address: str) -> None:
+    response = httpx.get(
+        f"http://{address}/v2/nothing", headers={"Authorization": f"Bearer {ROOT}"}
+    )
+    assert response.status_code == 404
+    assert response.json() == {"error": "not found"}
