@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
 from tests.sandboxd.servers import serving
 
@@ -192,3 +194,22 @@ def test_unknown_routes_are_json_404(address: str) -> None:
     )
     assert response.status_code == 404
     assert response.json() == {"error": "not found"}
+
+
+def test_a_net_none_sandbox_cannot_reach_the_agents_own_port(
+    agent: Agent, address: str, client: SandboxdClient
+) -> None:
+    host, port = address.split(":")
+    connect = f"import socket; socket.create_connection(({host!r}, {port}), 3).close()"
+    results = {}
+    for net in ("none", "egress"):
+        record = agent.get(client.claim("base", net=net)["id"])
+        command = agent.runtime.enter_command(
+            agent.spec(record), agent.identity(record), ["python3", "-c", connect]
+        )
+        results[net] = subprocess.run(
+            command, env=sandbox_env(), capture_output=True, text=True, timeout=30, check=False
+        )
+    assert results["none"].returncode != 0
+    assert "ConnectionRefused" in results["none"].stderr
+    assert results["egress"].returncode == 0, results["egress"].stderr
