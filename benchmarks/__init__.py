@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_snapshot",
         "FleetSnapshot build/replace and FleetView reads",
     ),
+    "sandboxd": ("benchmarks.bench_sandboxd", "host agent claim/release over HTTP, memory, starts"),
 }
 
 

@@ -90,6 +90,8 @@ def table(rows: Sequence[Row]) -> Table:
 
 def _split_unit(key: str) -> tuple[str, str]:
     """``"p50_us"`` -> ``("p50", "µs")``; keys without a known unit suffix are kept whole."""
+    if key.endswith("_per_s"):  # a rate: "ops_per_s" -> ("ops", "/s")
+        return key.removesuffix("_per_s"), "/s"
     stem, _, suffix = key.rpartition("_")
     if stem and suffix in UNITS:
         return stem, UNITS[suffix]

@@ -104,12 +104,17 @@ class Agent:
         self._refill_wanted.set()
         for thread in self._threads:
             thread.join(timeout=30)
-        if destroy:
-            with self._lock:
-                ids = list(self._records)
-            for sandbox_id in ids:
-                self._destroy(sandbox_id)
-        self._state.close()
+        try:
+            if destroy:
+                with self._lock:
+                    ids = list(self._records)
+                for sandbox_id in ids:
+                    try:
+                        self._destroy(sandbox_id)
+                    except Exception:
+                        log.exception("could not destroy %s on exit", sandbox_id)
+        finally:
+            self._state.close()
 
     def adopt(self) -> AdoptionReport:
         adopted: list[str] = []
@@ -167,6 +172,12 @@ class Agent:
                 raise NotFound(f"sandbox {sandbox_id!r} not found")
             return record
 
+    def token_of(self, sandbox_id: str) -> str | None:
+        """A claimed sandbox's token, or None for an unknown id."""
+        with self._lock:
+            record = self._records.get(sandbox_id)
+            return record.token if record is not None and record.claimed else None
+
     def spec(self, record: SandboxRecord) -> SandboxSpec:
         return SandboxSpec(
             id=record.id,
@@ -202,6 +213,10 @@ class Agent:
                 self._destroy(evict)  # a speculative warm sandbox makes room for a claim
         try:
             record = self._start_sandbox(key, uid)
+        except BaseException:
+            with self._lock:
+                self._uids_in_use.discard(uid)
+            raise
         finally:
             with self._lock:
                 self._starting[key] -= 1
@@ -229,20 +244,21 @@ class Agent:
             return record
 
     def hibernate(self, sandbox_id: str) -> None:
+        # The runtime call may take a while (the freezer settles): never under the lock.
+        record = self.get(sandbox_id)
+        if record.hibernated:
+            raise Conflict(f"sandbox {sandbox_id!r} is already hibernated")
+        self.runtime.freeze(self.spec(record), self.identity(record))
         with self._lock:
-            record = self.get(sandbox_id)
-            if record.hibernated:
-                raise Conflict(f"sandbox {sandbox_id!r} is already hibernated")
-            self.runtime.freeze(self.spec(record), self.identity(record))
             record.hibernated = True
             self._state.put(record)
 
     def wake(self, sandbox_id: str) -> None:
+        record = self.get(sandbox_id)
+        if not record.hibernated:
+            raise Conflict(f"sandbox {sandbox_id!r} is not hibernated")
+        self.runtime.thaw(self.spec(record), self.identity(record))
         with self._lock:
-            record = self.get(sandbox_id)
-            if not record.hibernated:
-                raise Conflict(f"sandbox {sandbox_id!r} is not hibernated")
-            self.runtime.thaw(self.spec(record), self.identity(record))
             record.hibernated = False
             now = self._now()
             if record.deadline is not None and record.deadline <= now:
@@ -452,13 +468,12 @@ class Agent:
 
     def _cleanup(self, record: SandboxRecord, identity: Identity | None) -> None:
         # Kill first, forget on disk second: a crash in between leaves a row whose
-        # sandbox is dead, which the next start cleans up.
-        try:
-            self.runtime.destroy(self.spec(record), identity)
-        finally:
-            self._state.delete(record.id)
-            with self._lock:
-                self._uids_in_use.discard(record.uid)
+        # sandbox is dead, which the next start cleans up. A failed destroy keeps the row
+        # and the uid, so the sandbox is retried at the next start instead of leaking.
+        self.runtime.destroy(self.spec(record), identity)
+        self._state.delete(record.id)
+        with self._lock:
+            self._uids_in_use.discard(record.uid)
 
     def _now(self) -> float:
         return self.clock.now().timestamp()

@@ -67,20 +67,21 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     app = FastAPI(title="sandboxd", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics
 
-    def root(request: Request) -> None:
+    async def root(request: Request) -> None:
         if root_token is None:
             return
         if not _matches(_bearer(request), root_token):
             raise Unauthorized("a root token is required")
 
-    def root_or_sandbox(request: Request, sandbox_id: str) -> None:
+    async def root_or_sandbox(request: Request, sandbox_id: str) -> None:
         if root_token is None:
             return
         offered = _bearer(request)
         if _matches(offered, root_token):
             return
-        record = agent.get(sandbox_id) if offered else None
-        if record is None or not _matches(offered, record.token):
+        # An unknown id and a wrong token answer alike, so ids cannot be probed.
+        token = agent.token_of(sandbox_id) if offered else None
+        if token is None or not _matches(offered, token):
             raise Unauthorized("the root token or this sandbox's token is required")
 
     as_root = [Depends(root)]
