@@ -1,0 +1,112 @@
+"""Placement of a claim on a warm node by the power of two choices.
+
+Inventory is seconds stale, so always picking the warmest node would send a burst of
+claims to one node. Instead each pick draws two candidates uniformly (with replacement)
+and takes the second only if it is strictly warmer: warmer nodes are favoured without
+being chosen every time.
+
+:func:`place` tries picks until one delivers. A node that did not take the claim
+(:class:`Undelivered`: 429, a refused dial, a 5xx, a redirect nobody took) is dropped with
+all its candidates and the pick is drawn again; a :class:`Failed` attempt (for example a
+timeout after the request was sent, which may have delivered) is raised as is and never
+retried. Randomness is injected: ``pick(n)`` returns a uniform index in ``[0, n)``, such as
+``random.Random(seed).randrange``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeAlias, TypeVar
+
+from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.core.snapshot import WarmCandidate
+
+T = TypeVar("T")
+
+Pick: TypeAlias = Callable[[int], int]
+
+
+class NoWarmCapacity(SandboxctlError):
+    """No candidate node can take the claim: there were none, or every one refused it.
+
+    ``tried`` names the nodes that were asked and did not deliver, in the order asked.
+    Both APIs answer it with 503.
+    """
+
+    def __init__(self, tried: Sequence[str] = ()) -> None:
+        self.tried = tuple(tried)
+        if self.tried:
+            message = f"no warm capacity: no node took the claim (tried {', '.join(self.tried)})"
+        else:
+            message = "no warm capacity: no fresh node with an address has a warm sandbox"
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered(Generic[T]):
+    """The node took the claim; ``result`` is what the attempt produced (the assignment)."""
+
+    result: T
+
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """The node certainly did not take the claim, so another node may be asked.
+
+    ``also`` names further nodes to drop with it (the targets of a redirect that failed).
+    """
+
+    reason: str = ""
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The claim failed in a way that must not be retried; ``error`` is raised as is."""
+
+    error: Exception
+
+
+Outcome: TypeAlias = Delivered[T] | Undelivered | Failed
+
+
+def pick_candidate(candidates: Sequence[WarmCandidate], pick: Pick) -> WarmCandidate:
+    """Two independent uniform picks; the second wins only if strictly warmer."""
+    if not candidates:
+        raise NoWarmCapacity()
+    first = candidates[_index(pick, len(candidates))]
+    second = candidates[_index(pick, len(candidates))]
+    return second if second.warm > first.warm else first
+
+
+def place(
+    candidates: Sequence[WarmCandidate],
+    attempt: Callable[[WarmCandidate], Outcome[T]],
+    pick: Pick,
+) -> tuple[WarmCandidate, T]:
+    """Pick and attempt until a node delivers; return that candidate and the result.
+
+    Raises the error of a :class:`Failed` attempt, and :class:`NoWarmCapacity` when the
+    candidates run out.
+    """
+    remaining = list(candidates)
+    tried: list[str] = []
+    while remaining:
+        chosen = pick_candidate(remaining, pick)
+        outcome = attempt(chosen)
+        if isinstance(outcome, Delivered):
+            return chosen, outcome.result
+        if isinstance(outcome, Failed):
+            raise outcome.error
+        tried.append(chosen.node)
+        dropped = {chosen.node, *outcome.also}
+        remaining = [c for c in remaining if c.node not in dropped]
+    raise NoWarmCapacity(tried)
+
+
+def _index(pick: Pick, n: int) -> int:
+    index = pick(n)
+    if not 0 <= index < n:
+        raise ValueError(f"pick({n}) returned {index}, outside [0, {n})")
+    return index
