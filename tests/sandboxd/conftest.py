@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +14,6 @@ from sandboxctl.sandboxd.agent import Agent, AgentSettings
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 BASE = PoolKey("base")
-_uid_blocks = itertools.count()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,22 +29,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/sandboxd" in str(item.fspath):
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-@pytest.fixture
-def state_dir() -> Iterator[Path]:
-    """A state dir every sandbox uid can traverse (pytest's tmp_path is 0700 for root)."""
-    path = Path(tempfile.mkdtemp(prefix="sandboxctl-test-", dir="/tmp"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def uid_base() -> int:
-    # Unique per test and per test session: destroy also kills every process of a
-    # sandbox's uid, so two sessions must never share a uid.
-    return 400_000 + (os.getpid() % 1000) * 1000 + 20 * next(_uid_blocks)
 
 
 @pytest.fixture

@@ -1,0 +1,394 @@
+"""Mesh mode: the fleet read straight from the sandboxd agents, with no Kubernetes.
+
+Every tick polls each known agent at once (``GET /v1/info``, then ``GET /v1/sandboxes``)
+on a small thread pool. An answer becomes that node's inventory, stamped with this
+reader's clock when it arrives, and is swapped into the snapshot under a lock; a node
+that does not answer keeps its last inventory, whose stamp ages until the freshness rule
+drops it. The snapshot has stall credit on (``stall_after`` = the poll interval), so a
+poller cut off from every node freezes every stamp together and drops nobody.
+
+A tick never waits longer than one poll interval: a node still busy when the tick ends
+counts as failed for it (its answer is still taken when it comes), and is not asked again
+until that request ends. ``snapshot()`` only reads an attribute and never blocks.
+
+This package may not import ``sandboxctl.sandboxd`` (the layers contract), so the two
+reads are made by :class:`HttpAgentClient`; any object with the same three methods, such
+as ``sandboxctl.sandboxd.client.SandboxdClient``, can be passed as ``client_factory``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+import httpx
+
+from sandboxctl.clock import Clock, SystemClock
+from sandboxctl.core.durations import format_duration
+from sandboxctl.core.errors import ConfigurationError, SandboxctlError
+from sandboxctl.core.snapshot import FleetSnapshot
+from sandboxctl.inventory.mapping import AgentAnswerError, inventory_from_agent
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+ADVERTISE_FIELD = "info.advertise_addr"
+
+
+class MeshStartError(SandboxctlError):
+    """Mesh mode cannot start: no seed answered, one refused the token, or one is
+    misconfigured. The message is one line, naming the seed."""
+
+
+class AgentHTTPError(SandboxctlError):
+    """The agent answered with an error status (what ``SandboxdError`` is to the agent's
+    own client; both carry ``status``)."""
+
+    def __init__(self, status: int, message: str, address: str) -> None:
+        self.status = status
+        self.message = message
+        self.address = address
+        super().__init__(f"sandboxd {address}: {status} {message}")
+
+
+class AgentClient(Protocol):
+    """The reads mesh mode needs from one agent."""
+
+    def info(self) -> Mapping[str, Any]: ...
+
+    def sandboxes(self) -> Sequence[Mapping[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class HttpAgentClient:
+    """``GET /v1/info`` and ``GET /v1/sandboxes`` over httpx, with the root token."""
+
+    def __init__(self, address: str, token: str | None, timeout: float) -> None:
+        base = address if "://" in address else f"http://{address}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.address = address
+        self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def info(self) -> dict[str, Any]:
+        return self._get("/v1/info", "info")
+
+    def sandboxes(self) -> list[Any]:
+        rows = self._get("/v1/sandboxes", "sandboxes").get("sandboxes")
+        if not isinstance(rows, list):
+            raise AgentAnswerError("sandboxes", "expected a list of rows", self.address)
+        return rows
+
+    def _get(self, path: str, what: str) -> dict[str, Any]:
+        response = self._http.get(path)
+        if response.status_code >= 400:
+            try:
+                message = str(response.json().get("error", response.text))
+            except (ValueError, AttributeError):
+                message = response.text
+            raise AgentHTTPError(response.status_code, message.strip(), self.address)
+        try:
+            body = response.json()
+        except ValueError as error:
+            raise AgentAnswerError(what, "the answer is not JSON", self.address) from error
+        if not isinstance(body, dict):
+            raise AgentAnswerError(what, "the answer is not a JSON object", self.address)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one agent did in one tick: ``node`` when it answered, else ``reason``."""
+
+    address: str
+    node: str = ""
+    reason: str = ""
+    status: int | None = None  # the HTTP status of a refusal
+    error: Exception | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.node)
+
+
+class MeshInventorySource:
+    """An :class:`InventorySource` fed by polling sandboxd agents directly.
+
+    ``seeds`` are agent addresses (``host:port`` or an origin), polled by that address;
+    a node's identity is the ``node`` its info names and its published address is its
+    ``advertise_addr``. ``start()`` polls once and fails loudly on a bad setup, then a
+    daemon thread polls every ``poll_interval``; ``stop()`` ends it.
+    """
+
+    def __init__(
+        self,
+        seeds: Sequence[str],
+        token: str | None,
+        poll_interval: timedelta = DEFAULT_POLL_INTERVAL,
+        clock: Clock | None = None,
+        client_factory: Callable[[str], AgentClient] | None = None,
+    ) -> None:
+        addresses = tuple(dict.fromkeys(s.strip() for s in seeds if s.strip()))
+        if not addresses:
+            raise ConfigurationError("mesh mode needs at least one sandboxd seed address")
+        if poll_interval <= timedelta(0):
+            raise ConfigurationError(
+                f"the mesh poll interval must be positive, got {format_duration(poll_interval)}"
+            )
+        self.seeds = addresses
+        self.poll_interval = poll_interval
+        self._token = token
+        self._clock = clock or SystemClock()
+        self._client_factory = client_factory or self._default_client
+        self._snapshot = FleetSnapshot.empty(stall_after=poll_interval)
+        self._lock = threading.Lock()  # the snapshot swap, clients, counters
+        self._tick_lock = threading.Lock()  # one tick at a time
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._clients: dict[str, AgentClient] = {}
+        self._in_flight: dict[str, Future[PollResult]] = {}
+        self._node_of: dict[str, str] = {}  # address -> the node it last answered as
+        self._streaks: dict[str, int] = {}  # address -> failed ticks in a row
+        self.polls = 0
+        self.failures: dict[str, int] = dict.fromkeys(addresses, 0)
+
+    # --- the InventorySource protocol ---------------------------------------------------
+
+    def snapshot(self) -> FleetSnapshot:
+        return self._snapshot
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Poll once, refuse a setup that cannot work, then poll in the background."""
+        if self._thread is not None:
+            raise RuntimeError("the mesh inventory source is already started")
+        results = self.poll_once()
+        try:
+            _check_start(results)
+        except MeshStartError:
+            self.stop()
+            raise
+        self._thread = threading.Thread(
+            target=self._run, name="sandboxctl-mesh-inventory", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling and close the clients; a request still running is abandoned."""
+        self._stopping.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.poll_interval.total_seconds() + 5)
+        with self._lock:
+            executor, self._executor = self._executor, None
+            clients, self._clients = list(self._clients.values()), {}
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # closing must not hide the rest of the shutdown
+                log.debug("closing a sandboxd client failed", exc_info=True)
+
+    def __enter__(self) -> MeshInventorySource:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- polling ------------------------------------------------------------------------
+
+    def poll_once(self) -> tuple[PollResult, ...]:
+        """One tick, run here: every seed at once, returning within one poll interval.
+
+        Results come in seed order. Usable before ``start()`` (tests drive it directly).
+        """
+        with self._tick_lock:
+            executor = self._ensure_executor()
+            budget = self.poll_interval.total_seconds()
+            results: dict[str, PollResult] = {}
+            submitted: dict[str, Future[PollResult]] = {}
+            for address in self.seeds:
+                running = self._in_flight.get(address)
+                if running is not None and not running.done():
+                    results[address] = PollResult(
+                        address, reason="its previous poll has not answered yet"
+                    )
+                    continue
+                future = executor.submit(self._poll_node, address)
+                self._in_flight[address] = future
+                submitted[address] = future
+            wait(submitted.values(), timeout=budget)
+            for address, future in submitted.items():
+                if future.done() and not future.cancelled():
+                    results[address] = future.result()
+                else:
+                    reason = f"no answer within {format_duration(self.poll_interval)}"
+                    results[address] = PollResult(address, reason=reason)
+            ordered = tuple(results[address] for address in self.seeds)
+            with self._lock:
+                self.polls += 1
+                for result in ordered:
+                    if not result.ok:
+                        self.failures[result.address] += 1
+            self._log_streaks(ordered)
+            return ordered
+
+    def _run(self) -> None:
+        interval = self.poll_interval.total_seconds()
+        next_tick = time.monotonic() + interval
+        while not self._stopping.wait(max(0.0, next_tick - time.monotonic())):
+            next_tick = time.monotonic() + interval
+            try:
+                self.poll_once()
+            except Exception:  # the poller must outlive any one bad tick
+                if self._stopping.is_set():
+                    return
+                log.exception("mesh inventory poll failed")
+
+    def _poll_node(self, address: str) -> PollResult:
+        """Ask one agent; runs on the pool. A success is swapped in at once, even when
+        it arrives after its tick gave up on it."""
+        try:
+            client = self._client(address)
+            info = client.info()
+            rows = client.sandboxes()
+            inventory = inventory_from_agent(info, rows, published_at=self._clock.now())
+        except Exception as error:  # one node's failure is data, never the poller's end
+            if isinstance(error, AgentAnswerError) and not error.address:
+                error = error.at(address)
+            status = getattr(error, "status", None)
+            return PollResult(
+                address,
+                reason=_describe(error),
+                status=status if isinstance(status, int) else None,
+                error=error,
+            )
+        with self._lock:
+            self._snapshot = self._snapshot.replace(inventory, seen_at=self._clock.monotonic())
+            previous = self._node_of.get(address)
+            self._node_of[address] = inventory.node
+            others = [a for a, n in self._node_of.items() if n == inventory.node and a != address]
+        if previous is not None and previous != inventory.node:
+            log.warning(
+                "sandboxd %s now answers as node %s (was %s); %s keeps its last inventory",
+                address,
+                inventory.node,
+                previous,
+                previous,
+            )
+        if others and previous != inventory.node:
+            log.warning(
+                "sandboxd %s and %s both answer as node %s; the newest answer wins",
+                address,
+                ", ".join(others),
+                inventory.node,
+            )
+        return PollResult(address, node=inventory.node)
+
+    def _log_streaks(self, results: Sequence[PollResult]) -> None:
+        """Warn once when an agent starts failing, and say when it answers again."""
+        for result in results:
+            streak = self._streaks.get(result.address, 0)
+            if result.ok:
+                if streak:
+                    log.info(
+                        "sandboxd %s (node %s) answers again after %d failed polls",
+                        result.address,
+                        result.node,
+                        streak,
+                    )
+                self._streaks[result.address] = 0
+                continue
+            if streak == 0:
+                node = self._node_of.get(result.address)
+                keeping = f"node {node} keeps its last inventory" if node else "no inventory yet"
+                log.warning(
+                    "sandboxd %s did not answer: %s; %s", result.address, result.reason, keeping
+                )
+            self._streaks[result.address] = streak + 1
+
+    def _ensure_executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._stopping.is_set():
+                raise RuntimeError("the mesh inventory source is stopped")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=len(self.seeds), thread_name_prefix="sandboxctl-mesh-poll"
+                )
+            return self._executor
+
+    def _client(self, address: str) -> AgentClient:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = self._client_factory(address)
+                self._clients[address] = client
+            return client
+
+    def _default_client(self, address: str) -> AgentClient:
+        return HttpAgentClient(address, self._token, timeout=self.poll_interval.total_seconds())
+
+
+def _check_start(results: Sequence[PollResult]) -> None:
+    for result in results:
+        if result.status == 401:
+            raise MeshStartError(
+                f"sandboxd seed {result.address} refused the token: mesh mode needs the "
+                "fleet's root token (--sandboxd-token-file)"
+            )
+    for result in results:
+        error = result.error
+        if isinstance(error, AgentAnswerError):
+            if error.field == ADVERTISE_FIELD:
+                raise MeshStartError(
+                    f"sandboxd seed {result.address} reports no advertise_addr: mesh mode "
+                    "publishes it as the node's address (start the agent with --advertise-addr)"
+                )
+            raise MeshStartError(
+                f"sandboxd seed {result.address} gave an answer mesh mode cannot read: "
+                f"{error.field}: {error.problem}"
+            )
+    if not any(result.ok for result in results):
+        failed = ", ".join(f"{r.address} ({r.reason})" for r in results)
+        raise MeshStartError(f"no sandboxd seed answered: {failed}")
+
+
+def _describe(error: BaseException) -> str:
+    """A short, one-line reason for a failed poll."""
+    status = getattr(error, "status", None)  # ours or SandboxdError: both carry it
+    if isinstance(error, AgentAnswerError):
+        text = f"{error.field}: {error.problem}" if error.field else error.problem
+    elif isinstance(error, httpx.TimeoutException):
+        text = "timed out"
+    elif isinstance(error, httpx.ConnectError) and _refused(error):
+        text = "connection refused"
+    elif isinstance(status, int):
+        message = getattr(error, "message", "") or str(error)
+        text = "refused the token (401)" if status == 401 else f"{status} {message}"
+    elif isinstance(error, httpx.HTTPError):
+        text = str(error) or type(error).__name__
+    else:
+        text = f"{type(error).__name__}: {error}"
+    return " ".join(text.split())
+
+
+def _refused(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "connection refused" in str(error).lower()
