@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
+
+from sandboxctl.core.errors import ConfigurationError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -32,9 +35,22 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def run_server(app: Any, host: str, port: int) -> None:
-    """Serve until a stop signal; returns normally after a graceful shutdown."""
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, lifespan="off"
-    )
-    _Server(config).run()
+def bind(host: str, port: int) -> socket.socket:
+    """Listen now, so a taken port fails before anything else starts (one line, exit 2)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
+
+
+def run_server(app: Any, sock: socket.socket) -> None:
+    """Serve on a bound socket until a stop signal; returns after a graceful shutdown."""
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    with sock:
+        _Server(config).run(sockets=[sock])

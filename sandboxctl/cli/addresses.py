@@ -12,3 +12,8 @@ def parse_listen(flag: str, text: str) -> tuple[str, int]:
     if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidValueError(f"{flag} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:7777")
     return host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """The inverse of parse_listen: IPv6 hosts get their brackets back."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

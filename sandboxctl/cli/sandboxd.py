@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from sandboxctl.cli.addresses import parse_listen
+from sandboxctl.cli.addresses import join_host_port, parse_listen
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
@@ -101,7 +101,7 @@ def serve_sandboxd(
     templates = dict(_template(text) for text in template or ())
     settings = AgentSettings(
         node=node or socket.gethostname(),
-        advertise_addr=advertise_addr or f"{host}:{port}",
+        advertise_addr=advertise_addr or join_host_port(host, port),
         state_dir=state_dir,
         templates=templates,
         max_sandboxes=max_sandboxes,

@@ -9,6 +9,7 @@ itself is the runtime's job (``runtime.py``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import secrets
 import threading
@@ -19,7 +20,13 @@ from typing import Any
 
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.model import PoolKey
-from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound
+from sandboxctl.sandboxd.errors import (
+    AtCapacity,
+    BadRequest,
+    Conflict,
+    NotFound,
+    StateDirInUse,
+)
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, Identity, Runtime, SandboxSpec, Size
 from sandboxctl.sandboxd.state import SandboxRecord, StateStore
 
@@ -67,7 +74,10 @@ class Agent:
         self.settings = settings
         self.runtime = runtime
         self.clock = clock or SystemClock()
+        if BASE_TEMPLATE in settings.templates:
+            raise BadRequest(f"template {BASE_TEMPLATE!r} is the host root and cannot be replaced")
         self.templates = {BASE_TEMPLATE: Path("/"), **settings.templates}
+        self._lock_state_dir(settings.state_dir)
         self._homes = settings.state_dir / "homes"
         self._homes.mkdir(parents=True, exist_ok=True)
         self._homes.chmod(0o711)  # sandbox uids must traverse to their own home
@@ -78,10 +88,24 @@ class Agent:
         self._starting: dict[PoolKey, int] = {}
         self._uids_in_use: set[int] = set()
         self._targets: dict[PoolKey, int] = {}
+        self._dead: list[SandboxRecord] = []  # forgotten under the lock, cleaned up off it
         self._refill_wanted = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.set_pools(dict(settings.pools))
+
+    def _lock_state_dir(self, state_dir: Path) -> None:
+        """One agent per state directory: a second one would adopt, and maybe destroy,
+        sandboxes the first still serves."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = (state_dir / "sandboxd.lock").open("w")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise StateDirInUse(
+                f"--state-dir {state_dir} is in use by another running agent"
+            ) from None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -99,7 +123,9 @@ class Agent:
         return report
 
     def stop(self, destroy: bool = False) -> None:
-        """Stop the loops; sandboxes keep running unless ``destroy``."""
+        """Stop the loops; sandboxes keep running unless ``destroy``. Idempotent."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._refill_wanted.set()
         for thread in self._threads:
@@ -115,6 +141,7 @@ class Agent:
                         log.exception("could not destroy %s on exit", sandbox_id)
         finally:
             self._state.close()
+            self._lock_file.close()
 
     def adopt(self) -> AdoptionReport:
         adopted: list[str] = []
@@ -155,6 +182,7 @@ class Agent:
                 "capacity": self.settings.max_sandboxes,
                 "at_capacity": len(claimed) >= self.settings.max_sandboxes,
                 "runtime": self.runtime.name,
+                "limits": self.runtime.limits_mode,
             }
 
     def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRecord]:
@@ -273,16 +301,21 @@ class Agent:
             self._check_key(key)
             if target < 0:
                 raise BadRequest(f"pools: warm for {key} must not be negative")
-        drain: list[str] = []
         with self._lock:
             self._targets = {k: n for k, n in targets.items() if n > 0}
+        for sandbox_id in self._excess_warm():
+            self._destroy(sandbox_id)
+        self._refill_wanted.set()
+
+    def _excess_warm(self) -> list[str]:
+        """Take out the warm sandboxes beyond each pool's target (adopted ones included)."""
+        drain: list[str] = []
+        with self._lock:
             for key, ids in self._warm.items():
                 excess = len(ids) - self._targets.get(key, 0)
                 for _ in range(max(0, excess)):
                     drain.append(ids.pop())
-        for sandbox_id in drain:
-            self._destroy(sandbox_id)
-        self._refill_wanted.set()
+        return drain
 
     def reap(self) -> list[tuple[str, str]]:
         """Act on every lease past its deadline; returns (id, "destroyed"|"paused")."""
@@ -307,7 +340,14 @@ class Agent:
         return done
 
     def refill_once(self) -> int:
-        """Start what the pools lack, one sandbox at a time; returns how many started."""
+        """Clean up what died, drain what exceeds the targets, then start what the pools
+        lack, one sandbox at a time; returns how many started."""
+        with self._lock:
+            dead, self._dead = self._dead, []
+        for record in dead:
+            self._cleanup(record, None)
+        for sandbox_id in self._excess_warm():
+            self._destroy(sandbox_id)
         started = 0
         while not self._stopping.is_set():
             with self._lock:
@@ -342,7 +382,8 @@ class Agent:
         encoded = sum(len(k.encode()) + len(v.encode()) for k, v in request.metadata.items())
         if encoded > MAX_METADATA_BYTES:
             raise BadRequest(f"metadata: at most {MAX_METADATA_BYTES} bytes")
-        if request.claim_ref and request.claim_ref.count("/") != 1:
+        namespace, slash, name = request.claim_ref.partition("/")
+        if request.claim_ref and (not slash or not namespace or not name or "/" in name):
             raise BadRequest("claim_ref: expected <namespace>/<name>")
         return key
 
@@ -355,7 +396,8 @@ class Agent:
             raise BadRequest(f"size: must be one of {', '.join(s.value for s in Size)}")
 
     def _take_warm(self, key: PoolKey) -> str | None:
-        """Under the lock: the oldest warm sandbox of this key that still runs."""
+        """Under the lock: the oldest warm sandbox of this key that still runs. Dead ones
+        are forgotten here and cleaned up by the refill loop, off the lock."""
         ids = self._warm.get(key, [])
         while ids:
             sandbox_id = ids.pop(0)
@@ -364,7 +406,8 @@ class Agent:
                 return sandbox_id
             log.warning("warm sandbox %s died; discarding it", sandbox_id)
             self._forget(sandbox_id)
-            self._cleanup(record, None)
+            self._dead.append(record)
+            self._refill_wanted.set()
         return None
 
     def _make_room(self) -> str | None:

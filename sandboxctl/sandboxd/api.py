@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -25,10 +26,11 @@ from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, ClaimRequest
 from sandboxctl.sandboxd.errors import AgentError, PayloadTooLarge, Unauthorized
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
-from sandboxctl.sandboxd.runtime import SIZE_LIMITS, Size
+from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
 
 MAX_BODY_BYTES = 1 << 20
+log = logging.getLogger("sandboxctl.sandboxd")
 
 
 class _Strict(BaseModel):
@@ -202,6 +204,16 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AgentError)
     async def agent_error(_: Request, error: AgentError) -> JSONResponse:
         return _error(error.status, str(error))
+
+    @app.exception_handler(RuntimeFailure)
+    async def runtime_failure(_: Request, error: RuntimeFailure) -> JSONResponse:
+        log.error("%s", error)
+        return _error(500, str(error))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, error: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return _error(500, f"internal error: {type(error).__name__}")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:

@@ -33,3 +33,7 @@ class AtCapacity(AgentError):
     """Every sandbox slot is claimed; the caller should try another node."""
 
     status = 429
+
+
+class StateDirInUse(AgentError):
+    """Another agent holds the state directory's lock."""

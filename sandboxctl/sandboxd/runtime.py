@@ -70,6 +70,11 @@ class Runtime(Protocol):
     name: str
     isolated: bool  # False only for the explicit unsafe-process runtime
 
+    @property
+    def limits_mode(self) -> str:
+        """How limits are enforced here: "cgroup-v1" or "rlimit"."""
+        ...
+
     def start(self, spec: SandboxSpec) -> Identity:
         """Start the sandbox and return once its init runs; it must survive the agent."""
         ...

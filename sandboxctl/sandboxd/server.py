@@ -6,7 +6,7 @@ import logging
 
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.serving import run_server
+from sandboxctl.serving import bind, run_server
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
@@ -14,19 +14,21 @@ log = logging.getLogger("sandboxctl.sandboxd")
 def serve(
     agent: Agent, host: str, port: int, root_token: str | None, destroy_on_exit: bool
 ) -> None:
-    """Adopt, serve, and on a stop signal close the listener and stop the loops."""
+    """Listen, adopt, serve; on a stop signal close the listener and stop the loops."""
+    sock = bind(host, port)
     report = agent.start()
     log.info(
-        "node %s serving on %s:%d (runtime %s); adopted %d, cleaned up %d",
+        "node %s serving on %s:%d (runtime %s, limits %s); adopted %d, cleaned up %d",
         agent.settings.node,
         host,
         port,
         agent.runtime.name,
+        agent.runtime.limits_mode,
         len(report.adopted),
         len(report.cleaned),
     )
     try:
-        run_server(create_app(agent, root_token), host, port)
+        run_server(create_app(agent, root_token), sock)
     finally:
         agent.stop(destroy=destroy_on_exit)
         log.info("stopped; sandboxes %s", "destroyed" if destroy_on_exit else "left running")

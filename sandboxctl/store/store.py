@@ -108,6 +108,7 @@ class SandboxStore:
         nodes: NodeAccess | None = None,
         rng: random.Random | None = None,
         index: OwnerIndex | None = None,
+        indexed: bool = True,
     ) -> None:
         self.source = source
         self.rule = rule
@@ -115,6 +116,7 @@ class SandboxStore:
         self.nodes = nodes  # None: no claim routing, lookups read inventories only
         self.index = index if index is not None else OwnerIndex()
         self.stats = ReadStats()
+        self.indexed = indexed  # False only to measure what the indexes buy
         self._rng = rng or random.Random()
 
     def close(self) -> None:
@@ -170,6 +172,12 @@ class SandboxStore:
 
     def locate(self, namespace: str, name: str) -> Located | None:
         view = self.view()
+        if not self.indexed:
+            self.stats.fleet_reads += 1
+            return next(
+                (loc for loc in view.entries(namespace) if loc.entry.namespaced_name[1] == name),
+                None,
+            )
         node = self.index.name(namespace, name)
         if node is not None:
             found = self._on_node_by_name(view, node, namespace, name)

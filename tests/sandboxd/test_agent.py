@@ -12,7 +12,7 @@ import pytest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, ClaimRequest
-from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound
+from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound, StateDirInUse
 from tests.sandboxd.conftest import BASE, T0
 from tests.sandboxd.servers import wait_until
 
@@ -172,7 +172,8 @@ def test_a_restarted_agent_adopts_every_live_sandbox(make_agent) -> None:  # typ
     os.kill(died.pid, signal.SIGKILL)  # its init dies, and the pid namespace with it
     wait_until(lambda: not first.runtime.alive(died_identity), what="the init to die")
 
-    second: Agent = make_agent(pools={})  # the same state dir, as after a crash
+    first.stop()  # what the agent leaves behind when it goes away: running sandboxes
+    second: Agent = make_agent(pools={})  # the same state dir
     report = second.adopt()
 
     assert report.adopted == (kept.id,)
@@ -185,7 +186,6 @@ def test_a_restarted_agent_adopts_every_live_sandbox(make_agent) -> None:  # typ
         "t/a",
     )
     assert not second.runtime.alive(died_identity)
-    first._records.clear()  # the second agent owns them now
 
 
 def test_a_recycled_pid_is_never_adopted(make_agent, state_dir) -> None:  # type: ignore[no-untyped-def]
@@ -197,9 +197,33 @@ def test_a_recycled_pid_is_never_adopted(make_agent, state_dir) -> None:  # type
     db.commit()
     db.close()
 
+    first.stop()
     second: Agent = make_agent(pools={})
     report = second.adopt()
 
     assert report.adopted == ()
     assert report.cleaned == (record.id,)
-    first._records.clear()
+
+
+def test_two_agents_never_share_a_state_dir(agent: Agent, make_agent) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(StateDirInUse, match="in use by another running agent"):
+        make_agent()
+
+
+def test_adopted_warm_sandboxes_beyond_the_target_are_drained(make_agent) -> None:  # type: ignore[no-untyped-def]
+    first: Agent = make_agent(pools={BASE: 2})
+    first.refill_once()
+    first.stop()
+
+    second: Agent = make_agent(pools={BASE: 1})
+    second.adopt()
+    assert second.refill_once() == 0
+
+    assert _warm(second) == 1
+    assert len(second._records) == 1
+
+
+def test_a_claim_ref_needs_a_namespace_and_a_name(agent: Agent) -> None:
+    for ref in ("/", "a/", "/b", "a/b/c"):
+        with pytest.raises(BadRequest):
+            agent.claim(ClaimRequest(template="base", claim_ref=ref))
