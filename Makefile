@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint format unit bench host-tools clean
+.PHONY: test lint format unit bench host-tools kubectl clean
 
 $(INSTALLED): pyproject.toml scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
@@ -19,11 +19,15 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: $(INSTALLED) host-tools
+unit: $(INSTALLED) host-tools kubectl
 	$(BIN)/pytest
 
 host-tools:
 	scripts/host-tools
+
+## kubectl: the pinned kubectl the kubectl tests drive, into .tools/bin (x86_64 only)
+kubectl: host-tools
+	scripts/get-kubectl
 
 ## format: rewrite the code in the project's style
 format: $(INSTALLED)

@@ -19,6 +19,7 @@ import uvicorn
 from sandboxctl.core.errors import ConfigurationError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SHUTDOWN_GRACE_SECONDS = 2
 
 
 class _Server(uvicorn.Server):
@@ -51,6 +52,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 def run_server(app: Any, sock: socket.socket) -> None:
     """Serve on a bound socket until a stop signal; returns after a graceful shutdown."""
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        # Open watches would hold a stop for as long as they run; like a Kubernetes API
+        # server, give them a short grace and close them (clients re-establish them).
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
     with sock:
         _Server(config).run(sockets=[sock])

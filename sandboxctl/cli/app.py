@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl import __version__
-from sandboxctl.cli import inventory, sandboxd, simulate
+from sandboxctl.cli import apiserver, inventory, sandboxd, simulate
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
@@ -48,6 +48,7 @@ def _root(
 app.command("inventory")(inventory.inventory)
 app.command("simulate")(simulate.simulate)
 app.command("serve-sandboxd")(sandboxd.serve_sandboxd)
+app.command("serve-apiserver")(apiserver.serve_apiserver)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from sandboxctl.apiserver import create_kube_app
+from sandboxctl.clock import ManualClock
+from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.store import SandboxStore
+from tests.apiserver.helpers import serving
+from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
+
+T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+GROUP_PATH = "/apis/agents.x-k8s.io/v1beta1"
+SANDBOXES = f"{GROUP_PATH}/namespaces/default/sandboxes"
+ALL_SANDBOXES = f"{GROUP_PATH}/sandboxes"
+TABLE = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,"
+    "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
+
+
+def entry(name: str, phase: str = "Running", template: str = "base", age: int = 60) -> Entry:
+    return Entry(
+        name=name,
+        phase=phase,
+        id=f"sb_{name.replace('/', '_')}",
+        template=template,
+        claim_ref=name,
+        addr="10.0.0.9:49983",
+        deadline=T0 + timedelta(minutes=5),
+        claimed_at=T0 - timedelta(seconds=age),
+    )
+
+
+def inventory(node: str, *entries: Entry) -> NodeInventory:
+    return NodeInventory(
+        node=node,
+        address=f"{node}.invalid:7777",
+        pools=(Pool(PoolKey("base"), warm=1, target=1),),
+        entries=entries,
+    )
+
+
+FLEET = (
+    inventory("n1", entry("default/a1"), entry("default/a2", phase="Hibernated", age=310)),
+    inventory("n2", entry("default/b1", template="python"), entry("team/t1")),
+)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def source(clock: ManualClock) -> MemoryInventorySource:
+    return MemoryInventorySource(FLEET, clock=clock)
+
+
+@pytest.fixture
+def store(source: MemoryInventorySource, clock: ManualClock) -> SandboxStore:
+    # No node access: reads come from the inventories only, and claims answer 503.
+    return SandboxStore(source, FreshnessRule(), clock=clock)
+
+
+@pytest.fixture
+def client(store: SandboxStore) -> Iterator[httpx.Client]:
+    with (
+        serving(create_kube_app(store, watch_interval=0.02)) as url,
+        httpx.Client(base_url=url, timeout=10) as http,
+    ):
+        yield http
