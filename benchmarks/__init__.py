@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "FleetSnapshot build/replace and FleetView reads",
     ),
     "sandboxd": ("benchmarks.bench_sandboxd", "host agent claim/release over HTTP, memory, starts"),
+    "store": ("benchmarks.bench_store", "store watch ticks pinned vs fleet, list/get index on/off"),
 }
 
 
