@@ -382,7 +382,7 @@ def test_alive_is_false_for_a_recycled_pid(
 
 
 _LAUNCHER = """
-import json, sys, time
+import json, signal, sys
 from pathlib import Path
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.cgroups import Cgroups
@@ -392,7 +392,7 @@ spec = SandboxSpec(id=a["id"], uid=a["uid"], root=Path("/"), home=Path(a["home"]
                    network=False, limits=SIZE_LIMITS[Size.SMALL])
 ident = BubblewrapRuntime(cgroups=Cgroups(parent=a["parent"])).start(spec)
 print(json.dumps([ident.pid, ident.start_time, ident.pid_namespace]), flush=True)
-time.sleep(600)
+signal.pause()  # the launcher lives until the test kills it
 """
 PR_SET_CHILD_SUBREAPER = 36
 
