@@ -280,6 +280,9 @@ class SandboxStore:
             except (SandboxdError, httpx.HTTPError) as error:
                 if undelivered(error):
                     return Undelivered(str(error))
+                if isinstance(error, SandboxdError) and error.status == 404:
+                    # On a claim the node's 404 is about the template, not a sandbox.
+                    return Failed(NodeRefused(404, error.message))
                 return Failed(_translate(error))
             return Delivered(
                 Assignment(

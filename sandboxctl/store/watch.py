@@ -5,8 +5,10 @@ it asked from: objects are synthesized, so there is no history to resume from.
 
 A watch pinned to one name (a namespaced query with ``metadata.name=``) never reads the
 fleet while it holds an entry: each tick reads only the inventory of the node holding it.
-While it holds none, it sweeps the inventories for the first entry its selectors accept,
-asking no agent, so an absent name costs no node a request. When a held entry vanishes
+While it holds none, its ticks sweep the inventories for the first entry its selectors
+accept, asking no agent, so an absent name costs no node a request after the watch opens
+(opening resolves the name like a get, which with claim routing asks every fresh node
+once). When a held entry vanishes
 from its node's inventory but the node still lists it live (the publish has not caught
 up), the watch keeps it silently.
 
