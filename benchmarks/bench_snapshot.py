@@ -22,7 +22,6 @@ Last, ``... flatness`` rows divide the lookup p50 on the largest fleet by the sm
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import gc
 import itertools
@@ -39,7 +38,7 @@ from benchmarks.fleet import (
     republish,
     stale_nodes,
 )
-from benchmarks.timing import measure
+from benchmarks.timing import gc_paused, measure
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import DEFAULT_NAMESPACE, NodeInventory
 from sandboxctl.core.snapshot import FleetSnapshot, FleetView, Located
@@ -77,7 +76,7 @@ def run() -> Iterator[Row]:
 
 def _bench_shape(nodes: int, per_node: int) -> Iterator[Row]:
     shape = f"{nodes}x{per_node}"
-    with _gc_paused():  # setup, not measured
+    with gc_paused():  # setup, not measured
         fleet = generate_fleet(nodes, per_node, stale_fraction=STALE_FRACTION)
     stale = stale_nodes(nodes, STALE_FRACTION)
     fresh = [n for n in range(nodes) if n not in stale]
@@ -187,16 +186,6 @@ def _bench_shape(nodes: int, per_node: int) -> Iterator[Row]:
         ratio=round(naive.percentile(50) / index.percentile(50)),
         runs=len(naive.samples_ns),
     )
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-    gc.collect()
 
 
 def _naive_lookup_name(view: FleetView, namespace: str, name: str) -> list[Located]:

@@ -54,7 +54,6 @@ run: about a minute, dominated by the 200x2000 fleet watch's opening burst (~15 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import itertools
 import random
@@ -63,7 +62,7 @@ from collections.abc import Callable, Iterator
 
 from benchmarks import Row
 from benchmarks.fleet import FLEET_NOW, generate_fleet, node_name, republish
-from benchmarks.timing import Timing, measure
+from benchmarks.timing import Timing, gc_paused, measure
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import DEFAULT_NAMESPACE, NodeInventory
@@ -117,7 +116,7 @@ def run() -> Iterator[Row]:
 
 def _store(nodes: int, per_node: int) -> SandboxStore:
     """The fleet in a memory source, read at FLEET_NOW; every node fresh."""
-    with _gc_paused():  # setup, not measured
+    with gc_paused():  # setup, not measured
         fleet = generate_fleet(nodes, per_node)
         clock = ManualClock(FLEET_NOW)
         source = MemoryInventorySource(fleet, clock)
@@ -175,7 +174,7 @@ def _bench_watch(
     yield (ratio_row, None)
 
     fleet = Watcher(store, Query.parse(DEFAULT_NAMESPACE))
-    with _gc_paused():  # setup: the opening burst builds every entry's object
+    with gc_paused():  # setup: the opening burst builds every entry's object
         assert len(fleet.open()) == total
     reads = (store.stats.fleet_reads, store.stats.node_reads)
     fleet_timing = measure(_idle(fleet), runs=5000, warmup=100, max_seconds=1.0)
@@ -238,7 +237,7 @@ def _republished(
         if run + 1 >= 5 and spent > max_ns:
             break
     assert store.stats.node_reads == reads + len(samples), "a tick read more than one node"
-    with _gc_paused():
+    with gc_paused():
         for inventory in originals.values():
             source.apply(inventory)
         assert fleet.tick()  # back as generated (and what the next case starts from)
@@ -324,16 +323,6 @@ def _idle(watcher: Watcher) -> Callable[[], None]:
 def _ratio(slow: Timing, fast: Timing) -> float:
     ratio = slow.p50_ns / fast.p50_ns
     return float(round(ratio)) if ratio >= 100 else round(ratio, 2)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-    gc.collect()
 
 
 def _row(case: str, fleet: str, **figures: object) -> Row:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 _NS_PER = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -75,3 +76,14 @@ def _round(value: float) -> float:
     if value == 0:
         return 0.0
     return round(value, max(0, 3 - math.floor(math.log10(abs(value)))))
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """For setup only: building a large fleet with the collector on mostly measures it."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+    gc.collect()

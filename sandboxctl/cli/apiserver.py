@@ -18,6 +18,7 @@ from sandboxctl.cli.options import (
     StaleAfter,
     freshness_rule,
     parse_duration_flag,
+    read_token,
 )
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
@@ -96,7 +97,7 @@ def serve_apiserver(
     rule = freshness_rule(stale_after, reference, publish_interval)
     for warning in rule.warnings():
         log.warning("freshness: %s", warning)
-    token = _read_token(token_file) if token_file else None
+    token = read_token("--sandboxd-token-file", token_file) if token_file else None
     if token is None:
         log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
 
@@ -122,13 +123,3 @@ def serve_apiserver(
         finally:
             inventories.stop()
             store.close()
-
-
-def _read_token(path: Path) -> str:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise ConfigurationError(f"--sandboxd-token-file {path}: {error.strerror}") from error
-    if not token:
-        raise ConfigurationError(f"--sandboxd-token-file {path}: the file is empty")
-    return token

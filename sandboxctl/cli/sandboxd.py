@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
+from sandboxctl.cli.options import read_token
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
@@ -91,7 +92,7 @@ def serve_sandboxd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("sandboxctl.sandboxd")
     host, port = parse_listen("--listen", listen)
-    token = _read_token(token_file) if token_file else None
+    token = read_token("--token-file", token_file) if token_file else None
     if token is None:
         if not _is_loopback(host):
             raise ConfigurationError(
@@ -117,16 +118,6 @@ def _runtime(name: RuntimeName) -> Runtime:
         return UnsafeProcessRuntime()
     BubblewrapRuntime.check()
     return BubblewrapRuntime()
-
-
-def _read_token(path: Path) -> str:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise ConfigurationError(f"--token-file {path}: {error.strerror}") from error
-    if not token:
-        raise ConfigurationError(f"--token-file {path}: the file is empty")
-    return token
 
 
 def _is_loopback(host: str) -> bool:

@@ -2,40 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.core.model import NodeInventory
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import NotFound, Query, SandboxStore
 from sandboxctl.store.watch import Watcher
-
-T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
-
-
-def _node(name: str, *entries: Entry, stamp: datetime = T0) -> NodeInventory:
-    return NodeInventory(
-        node=name,
-        address=f"{name}.fleet.test:7777",
-        pools=(Pool(PoolKey("base"), warm=2, target=2),),
-        entries=tuple(sorted(entries, key=lambda e: e.name)),
-        published_at=stamp,
-    )
-
-
-def _entry(name: str, phase: str = "Running", claim_id: str | None = None) -> Entry:
-    return Entry(
-        name=name,
-        phase=phase,
-        id=claim_id or f"sb_{name.replace('/', '_')}",
-        template="base",
-        claim_ref=name,
-        claimed_at=T0,
-    )
+from tests.store.inventories import T0, entry, node
 
 
 @pytest.fixture
@@ -55,8 +33,8 @@ def _names(objects: list[dict]) -> list[str]:  # type: ignore[type-arg]
 def test_list_filters_by_namespace_and_labels_and_sorts(clock: ManualClock) -> None:
     store, _ = _store(
         clock,
-        _node("b", _entry("default/z"), _entry("team/a", "Hibernated")),
-        _node("a", _entry("default/y"), _entry("team/b")),
+        node("b", entry("default/z"), entry("team/a", "Hibernated")),
+        node("a", entry("default/y"), entry("team/b")),
     )
     assert _names(store.list(Query.parse(None))) == ["default/y", "default/z", "team/a", "team/b"]
     assert _names(store.list(Query.parse("team"))) == ["team/a", "team/b"]
@@ -72,7 +50,7 @@ def test_an_unsupported_field_selector_names_the_field() -> None:
 
 
 def test_get_finds_a_sandbox_and_misses_are_not_found(clock: ManualClock) -> None:
-    store, _ = _store(clock, _node("a", _entry("default/x")))
+    store, _ = _store(clock, node("a", entry("default/x")))
     obj = store.get("default", "x")
     assert obj["status"]["nodeName"] == "a"
     with pytest.raises(NotFound):
@@ -80,13 +58,13 @@ def test_get_finds_a_sandbox_and_misses_are_not_found(clock: ManualClock) -> Non
 
 
 def test_a_stale_nodes_sandboxes_leave_lists_gets_and_watches(clock: ManualClock) -> None:
-    store, source = _store(clock, _node("a", _entry("default/x")), _node("b", _entry("default/y")))
+    store, source = _store(clock, node("a", entry("default/x")), node("b", entry("default/y")))
     watcher = Watcher(store, Query.parse(None))
     assert [e.type for e in watcher.open()] == ["ADDED", "ADDED"]
 
     # a keeps publishing, b stops: 91 s later b is stale.
     clock.advance(91)
-    source.apply(_node("a", _entry("default/x"), stamp=T0 + timedelta(seconds=91)))
+    source.apply(node("a", entry("default/x"), stamp=T0 + timedelta(seconds=91)))
 
     assert _names(store.list(Query.parse(None))) == ["default/x"]
     with pytest.raises(NotFound):
@@ -96,22 +74,22 @@ def test_a_stale_nodes_sandboxes_leave_lists_gets_and_watches(clock: ManualClock
 
 
 def test_a_fleet_watch_reports_added_modified_and_deleted(clock: ManualClock) -> None:
-    store, source = _store(clock, _node("a", _entry("default/x")))
+    store, source = _store(clock, node("a", entry("default/x")))
     watcher = Watcher(store, Query.parse("default"))
     watcher.open()
     assert watcher.tick() == []
 
-    source.apply(_node("a", _entry("default/x", "Hibernated"), _entry("default/new")))
+    source.apply(node("a", entry("default/x", "Hibernated"), entry("default/new")))
     assert sorted((e.type, e.object["metadata"]["name"]) for e in watcher.tick()) == [
         ("ADDED", "new"),
         ("MODIFIED", "x"),
     ]
-    source.apply(_node("a", _entry("default/new")))
+    source.apply(node("a", entry("default/new")))
     assert [(e.type, e.object["metadata"]["name"]) for e in watcher.tick()] == [("DELETED", "x")]
 
 
 def test_send_initial_events_ends_the_burst_with_the_bookmark(clock: ManualClock) -> None:
-    store, _ = _store(clock, _node("a", _entry("default/x")))
+    store, _ = _store(clock, node("a", entry("default/x")))
     events = Watcher(store, Query.parse("default")).open(send_initial_events=True)
     assert [e.type for e in events] == ["ADDED", "BOOKMARK"]
     annotations = events[-1].object["metadata"]["annotations"]
@@ -121,8 +99,8 @@ def test_send_initial_events_ends_the_burst_with_the_bookmark(clock: ManualClock
 def test_a_pinned_watch_reads_only_its_node_and_idle_ticks_send_nothing(
     clock: ManualClock,
 ) -> None:
-    others = [_node(f"n{i}", *(_entry(f"default/o{i}-{j}") for j in range(50))) for i in range(5)]
-    store, source = _store(clock, _node("a", _entry("default/x")), *others)
+    others = [node(f"n{i}", *(entry(f"default/o{i}-{j}") for j in range(50))) for i in range(5)]
+    store, source = _store(clock, node("a", entry("default/x")), *others)
     watcher = Watcher(store, Query.parse("default", fields="metadata.name=x"))
     assert [e.type for e in watcher.open()] == ["ADDED"]
     fleet_reads = store.stats.fleet_reads
@@ -132,7 +110,7 @@ def test_a_pinned_watch_reads_only_its_node_and_idle_ticks_send_nothing(
     assert store.stats.fleet_reads == fleet_reads  # never swept the fleet
     assert store.stats.live_asks == {}  # and asked no agent
 
-    source.apply(_node("a", _entry("default/x", "Hibernated")))
+    source.apply(node("a", entry("default/x", "Hibernated")))
     (event,) = watcher.tick()
     assert event.type == "MODIFIED"
     assert event.object["metadata"]["labels"]["sandbox.cocoonstack.io/phase"] == "Hibernated"
@@ -140,12 +118,12 @@ def test_a_pinned_watch_reads_only_its_node_and_idle_ticks_send_nothing(
 
 
 def test_a_name_moved_to_another_node_is_deleted_then_added(clock: ManualClock) -> None:
-    store, source = _store(clock, _node("a", _entry("default/x")), _node("b"))
+    store, source = _store(clock, node("a", entry("default/x")), node("b"))
     watcher = Watcher(store, Query.parse("default", fields="metadata.name=x"))
     watcher.open()
 
-    source.apply(_node("a"))
-    source.apply(_node("b", _entry("default/x", claim_id="sb_other")))
+    source.apply(node("a"))
+    source.apply(node("b", entry("default/x", claim_id="sb_other")))
 
     assert [e.type for e in watcher.tick()] == ["DELETED"]
     (added,) = watcher.tick()
@@ -154,19 +132,19 @@ def test_a_name_moved_to_another_node_is_deleted_then_added(clock: ManualClock) 
 
 
 def test_the_same_name_claimed_again_on_its_node_is_modified(clock: ManualClock) -> None:
-    store, source = _store(clock, _node("a", _entry("default/x")))
+    store, source = _store(clock, node("a", entry("default/x")))
     watcher = Watcher(store, Query.parse("default", fields="metadata.name=x"))
     watcher.open()
-    source.apply(_node("a", _entry("default/x", claim_id="sb_again")))
+    source.apply(node("a", entry("default/x", claim_id="sb_again")))
     assert [e.type for e in watcher.tick()] == ["MODIFIED"]
 
 
 def test_an_absent_name_sweeps_inventories_and_asks_no_agent(clock: ManualClock) -> None:
-    store, source = _store(clock, _node("a"))
+    store, source = _store(clock, node("a"))
     watcher = Watcher(store, Query.parse("default", fields="metadata.name=later"))
     assert watcher.open() == []
     assert watcher.tick() == []
-    source.apply(_node("a", _entry("default/later")))
+    source.apply(node("a", entry("default/later")))
     assert [e.type for e in watcher.tick()] == ["ADDED"]
     assert store.stats.live_asks == {}
 
@@ -174,9 +152,9 @@ def test_an_absent_name_sweeps_inventories_and_asks_no_agent(clock: ManualClock)
 def test_a_pinned_list_and_watch_agree_on_the_duplicate_their_selectors_accept(
     clock: ManualClock,
 ) -> None:
-    paused = _entry("default/dup", "Hibernated", claim_id="sb_paused")
-    running = _entry("default/dup", "Running", claim_id="sb_running")
-    store, _ = _store(clock, _node("a", paused), _node("b", running))
+    paused = entry("default/dup", "Hibernated", claim_id="sb_paused")
+    running = entry("default/dup", "Running", claim_id="sb_running")
+    store, _ = _store(clock, node("a", paused), node("b", running))
     store.index.remember_name("default", "dup", "a")  # the index points at the paused one
     query = Query.parse(
         "default", labels="sandbox.cocoonstack.io/phase=Running", fields="metadata.name=dup"
@@ -192,8 +170,8 @@ def test_a_pinned_list_and_watch_agree_on_the_duplicate_their_selectors_accept(
 def test_a_fleet_list_selects_both_duplicates(clock: ManualClock) -> None:
     store, _ = _store(
         clock,
-        _node("a", _entry("default/dup", claim_id="sb_1")),
-        _node("b", _entry("default/dup", claim_id="sb_2")),
+        node("a", entry("default/dup", claim_id="sb_1")),
+        node("b", entry("default/dup", claim_id="sb_2")),
     )
     objects = store.list(Query.parse("default"))
     assert [o["status"]["nodeName"] for o in objects] == ["a", "b"]

@@ -3,7 +3,7 @@ whose freshness did, and reports one object per name (the first accepting node's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,37 +12,18 @@ from hypothesis import strategies as st
 
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule, ReferenceMode
-from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.core.model import Entry, NodeInventory
 from sandboxctl.core.sandboxes import sandbox_object
 from sandboxctl.core.watching import WatchEvent
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store import watch as watch_module
 from sandboxctl.store.watch import Watcher, list_version
+from tests.store.inventories import T0
+from tests.store.inventories import entry as _entry
+from tests.store.inventories import node as _node
 
-T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 RUNNING = "sandbox.cocoonstack.io/phase=Running"
-
-
-def _node(name: str, *entries: Entry, stamp: datetime = T0) -> NodeInventory:
-    return NodeInventory(
-        node=name,
-        address=f"{name}.fleet.test:7777",
-        pools=(Pool(PoolKey("base"), warm=2, target=2),),
-        entries=entries,
-        published_at=stamp,
-    )
-
-
-def _entry(name: str, phase: str = "Running", claim_id: str | None = None) -> Entry:
-    return Entry(
-        name=name,
-        phase=phase,
-        id=claim_id or f"sb_{name.replace('/', '_')}",
-        template="base",
-        claim_ref=name,
-        claimed_at=T0,
-    )
 
 
 @pytest.fixture
