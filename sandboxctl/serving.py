@@ -11,7 +11,7 @@ import contextlib
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -51,9 +51,25 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run_server(app: Any, sock: socket.socket) -> None:
-    """Serve on a bound socket until a stop signal; returns after a graceful shutdown."""
+    """Serve one app on a bound socket until a stop signal; returns after shutdown."""
+    run_servers([(app, sock)])
+
+
+def run_servers(listeners: Sequence[tuple[Any, socket.socket]]) -> None:
+    """Serve each app on its own bound socket, in one server and one event loop, until
+    a stop signal; returns after a graceful shutdown. Requests go to the app of the
+    socket they arrived on."""
+    by_address = {_address(sock): app for app, sock in listeners}
+
+    async def dispatch(scope: Any, receive: Any, send: Any) -> None:
+        server = scope.get("server")
+        app = by_address.get(tuple(server)) if server else None
+        if app is None:  # one listener, or a server address uvicorn did not give
+            app = listeners[0][0]
+        await app(scope, receive, send)
+
     config = uvicorn.Config(
-        app,
+        dispatch,
         log_level="warning",
         access_log=False,
         lifespan="off",
@@ -61,5 +77,12 @@ def run_server(app: Any, sock: socket.socket) -> None:
         # server, give them a short grace and close them (clients re-establish them).
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
-    with sock:
-        _Server(config).run(sockets=[sock])
+    with contextlib.ExitStack() as stack:
+        for _, sock in listeners:
+            stack.enter_context(sock)
+        _Server(config).run(sockets=[sock for _, sock in listeners])
+
+
+def _address(sock: socket.socket) -> tuple[str, int]:
+    host, port = sock.getsockname()[:2]
+    return str(host), int(port)
