@@ -1,7 +1,9 @@
-"""``sandboxctl serve-apiserver``: the Kubernetes-style Sandbox API over the fleet."""
+"""``sandboxctl serve-apiserver``: the Kubernetes-style Sandbox API over the fleet, and
+beside it the e2b-compatible API when e2b keys (or anonymous mode) are configured."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -9,6 +11,15 @@ from typing import Annotated
 
 import typer
 
+from sandboxctl.apiserver.e2b import (
+    DEFAULT_ALIASES,
+    DEFAULT_ENVD_VERSION,
+    DEFAULT_TIMEOUT,
+    E2bConfig,
+    create_e2b_app,
+    load_api_keys,
+    load_template_aliases,
+)
 from sandboxctl.apiserver.kube import create_kube_app
 from sandboxctl.apiserver.kubeconfig import server_url, write_kubeconfig
 from sandboxctl.cli.addresses import parse_listen
@@ -24,7 +35,7 @@ from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
 from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
-from sandboxctl.serving import bind, run_server
+from sandboxctl.serving import bind, run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
@@ -80,8 +91,76 @@ def serve_apiserver(
             help="Write a kubeconfig for this server here (mode 0600), for kubectl --kubeconfig.",
         ),
     ] = None,
+    e2b_listen: Annotated[
+        str,
+        typer.Option(
+            "--e2b-listen",
+            metavar="HOST:PORT",
+            help="Address to serve the e2b API on (served only with --e2b-api-key-file "
+            "or --e2b-allow-anonymous).",
+        ),
+    ] = "127.0.0.1:3000",
+    e2b_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--e2b-api-key-file",
+            metavar="FILE",
+            help="e2b API keys, one per line: 'key' or 'key namespace'. Enables the e2b API.",
+        ),
+    ] = None,
+    e2b_anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--e2b-allow-anonymous",
+            help="Serve the e2b API without key checks, in --e2b-namespace. Enables it.",
+        ),
+    ] = False,
+    e2b_domain: Annotated[
+        str,
+        typer.Option(
+            "--e2b-domain",
+            metavar="DOMAIN",
+            help="The domain e2b clients build envd hosts from (required with the e2b API).",
+        ),
+    ] = "",
+    e2b_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--e2b-envd-secret-file",
+            metavar="FILE",
+            help="Secret keying envdAccessToken = HMAC-SHA256(secret, claim token) "
+            "(required with the e2b API).",
+        ),
+    ] = None,
+    e2b_namespace: Annotated[
+        str,
+        typer.Option(
+            "--e2b-namespace", help="Namespace of keys given without one, and of anonymous use."
+        ),
+    ] = "default",
+    e2b_default_timeout: Annotated[
+        int,
+        typer.Option(
+            "--e2b-default-timeout",
+            metavar="SECONDS",
+            help="Lease of a sandbox created or connected without a timeout.",
+        ),
+    ] = DEFAULT_TIMEOUT,
+    e2b_envd_version: Annotated[
+        str, typer.Option("--e2b-envd-version", help="envdVersion reported to e2b clients.")
+    ] = DEFAULT_ENVD_VERSION,
+    e2b_alias_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--e2b-template-alias-file",
+            metavar="FILE",
+            help="Template aliases, one per line: 'alias template [small|medium|large]' "
+            "(default: base and code-interpreter-v1 -> base small).",
+        ),
+    ] = None,
 ) -> None:
-    """Serve sandboxes.agents.x-k8s.io/v1beta1 (list, get, watch, create, delete) for kubectl."""
+    """Serve sandboxes.agents.x-k8s.io/v1beta1 (list, get, watch, create, delete) for kubectl,
+    and the e2b API when configured."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
     log = logging.getLogger("sandboxctl.apiserver")
@@ -97,13 +176,26 @@ def serve_apiserver(
     rule = freshness_rule(stale_after, reference, publish_interval)
     for warning in rule.warnings():
         log.warning("freshness: %s", warning)
+    e2b_config = e2b_settings(
+        e2b_key_file,
+        e2b_anonymous,
+        e2b_domain,
+        e2b_secret_file,
+        e2b_namespace,
+        e2b_default_timeout,
+        e2b_envd_version,
+        e2b_alias_file,
+    )
+    e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
     token = read_token("--sandboxd-token-file", token_file) if token_file else None
     if token is None:
         log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
 
     inventories = MeshInventorySource(addresses, token, poll_interval=inventory_poll)
-    with bind(host, port) as sock:  # a taken port fails before any agent is polled
+    with contextlib.ExitStack() as sockets:
+        sock = sockets.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
+        e2b_sock = sockets.enter_context(bind(*e2b_address)) if e2b_address else None
         inventories.start()  # one line and exit 2 when no seed answers or refuses the token
         store = SandboxStore(inventories, rule, nodes=NodeAccess(token))
         try:
@@ -119,7 +211,53 @@ def serve_apiserver(
             # is close the listening socket: open watches end then, so a stop signal is
             # not held up for as long as a watch may last (kubectl asks for 5 to 10 min).
             app = create_kube_app(store, stopping=lambda: sock.fileno() == -1)
-            run_server(app, sock)
+            listeners = [(app, sock)]
+            if e2b_config is not None and e2b_sock is not None:
+                e2b_host, e2b_port = e2b_sock.getsockname()[:2]
+                log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port))
+                listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
+            run_servers(listeners)
         finally:
             inventories.stop()
             store.close()
+
+
+def e2b_settings(
+    key_file: Path | None,
+    anonymous: bool,
+    domain: str,
+    secret_file: Path | None,
+    namespace: str,
+    default_timeout: int,
+    envd_version: str,
+    alias_file: Path | None,
+) -> E2bConfig | None:
+    """The e2b API's config, or None when it is not enabled (neither keys nor anonymous).
+    Enabled without a domain or an envd secret is a one-line startup error naming the flag."""
+    if key_file is None and not anonymous:
+        return None
+    if not domain:
+        raise ConfigurationError(
+            "the e2b API (--e2b-api-key-file/--e2b-allow-anonymous) needs --e2b-domain"
+        )
+    if secret_file is None:
+        raise ConfigurationError(
+            "the e2b API (--e2b-api-key-file/--e2b-allow-anonymous) needs --e2b-envd-secret-file"
+        )
+    if default_timeout <= 0:
+        raise ConfigurationError("--e2b-default-timeout must be a positive number of seconds")
+    keys = load_api_keys(key_file, namespace) if key_file is not None else {}
+    if key_file is not None and not keys and not anonymous:
+        raise ConfigurationError(f"--e2b-api-key-file {key_file}: no keys in the file")
+    secret = read_token("--e2b-envd-secret-file", secret_file).encode()
+    aliases = load_template_aliases(alias_file) if alias_file is not None else dict(DEFAULT_ALIASES)
+    return E2bConfig(
+        domain=domain,
+        envd_secret=secret,
+        api_keys=keys,
+        allow_anonymous=anonymous,
+        namespace=namespace,
+        default_timeout=default_timeout,
+        envd_version=envd_version,
+        aliases=aliases,
+    )

@@ -1,0 +1,481 @@
+"""The e2b-compatible control-plane API over one sandbox store.
+
+Every request but ``GET /health`` carries ``X-API-Key``; the key decides the namespace
+the request sees and drives (a sandbox of another namespace is 404, not 403). Every
+non-2xx body is ``{"code": <status>, "message": <text>}``, which the SDK needs to raise
+its typed exceptions. Options this fleet cannot honour are refused with 400 naming the
+option, never ignored. See docs/e2b-compat.md for the endpoint table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from sandboxctl.apiserver.e2b.auth import Keys
+from sandboxctl.apiserver.e2b.config import E2bConfig
+from sandboxctl.apiserver.e2b.ids import ClaimIds, public_id, same_sandbox
+from sandboxctl.apiserver.e2b.models import detail_body, listed_body, sandbox_body
+from sandboxctl.apiserver.e2b.paging import (
+    BadQuery,
+    Filters,
+    SortedIndex,
+    decode_cursor,
+    encode_cursor,
+    parse_limit,
+    parse_metadata_filter,
+    parse_order,
+    parse_states,
+    parse_time,
+)
+from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.model import PoolKey
+from sandboxctl.core.placement import NoWarmCapacity
+from sandboxctl.core.snapshot import Located
+from sandboxctl.inventory.mapping import entry_from_row
+from sandboxctl.store import SandboxStore
+from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
+
+log = logging.getLogger("sandboxctl.apiserver.e2b")
+
+T = TypeVar("T")
+
+MAX_TIMEOUT: Final = 24 * 3600  # what a host agent grants at most
+MAX_REFRESH: Final = 3600
+NAME_PREFIX: Final = "e2b-"
+NO_RETRY: Final = {"Should-Retry": "false"}
+CREATE_FIELDS: Final = frozenset(
+    {
+        "templateID", "timeout", "metadata", "envVars", "autoPause", "autoPauseMemory",
+        "autoResume", "allow_internet_access", "secure", "network", "mcp", "iam",
+        "volumeMounts",
+    }
+)  # fmt: skip
+UNSUPPORTED: Final = {
+    "network": "network rules (allowOut/denyOut, masking) are not enforced by this fleet; "
+    "use allow_internet_access",
+    "mcp": "MCP gateways are not served",
+    "iam": "workload identity is not served",
+    "volumeMounts": "volumes are not served",
+}
+
+
+class E2bError(Exception):
+    def __init__(self, code: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
+    """The e2b API app over ``store``; ``config`` fixes keys, domain, secret and aliases."""
+    app = FastAPI(title="sandboxctl e2b API", docs_url=None, redoc_url=None, openapi_url=None)
+    keys = Keys(config.api_keys, config.allow_anonymous, config.namespace)
+    ids = ClaimIds()
+    index = SortedIndex()
+
+    def tenant(request: Request) -> str:
+        namespace = keys.namespace(request.headers.get("x-api-key"))
+        if namespace is None:
+            raise E2bError(401, "invalid API key")
+        return namespace
+
+    async def locate(namespace: str, sandbox_id: str) -> Located:
+        located = await _call(
+            store.locate_claim,
+            ids.claim_id(sandbox_id),
+            namespace,
+            lambda candidate: same_sandbox(sandbox_id, candidate),
+        )
+        if located is None:
+            raise _not_found(sandbox_id)
+        ids.remember(located.entry.id)
+        return located
+
+    async def read(located: Located, sandbox_id: str) -> dict[str, Any]:
+        try:
+            return await _call(store.read, located)
+        except E2bError as error:
+            if error.code == 404:
+                raise _not_found(sandbox_id) from None
+            raise
+
+    def resolve_template(requested: str) -> PoolKey | None:
+        """An alias's pool, else the template's own small pool if a fresh node has any
+        pool of it; None when neither."""
+        if requested in config.aliases:
+            template, size = config.aliases[requested]
+            return PoolKey(template, "none", size)
+        view = store.view()
+        for node in view.fresh_nodes():
+            inventory = view.inventory(node)
+            if inventory is not None and any(p.key.template == requested for p in inventory.pools):
+                return PoolKey(requested, "none", "small")
+        return None
+
+    # --- health and templates -----------------------------------------------------------
+
+    @app.get("/health")
+    def health() -> Response:
+        return Response(status_code=204)
+
+    @app.get("/templates/aliases/{alias}")
+    async def template_alias(request: Request, alias: str) -> Response:
+        tenant(request)
+        if alias not in config.aliases:
+            raise E2bError(404, f"template alias {alias!r} not found")
+        return _json({"templateID": config.aliases[alias][0], "public": True})
+
+    # --- create ------------------------------------------------------------------------
+
+    @app.post("/sandboxes")
+    @app.post("/v2/sandboxes")
+    async def create(request: Request) -> Response:
+        namespace = tenant(request)
+        body = await _object(request)
+        unknown = sorted(set(body) - CREATE_FIELDS)
+        if unknown:
+            raise E2bError(400, f"unsupported option {unknown[0]!r}: not known to this server")
+        requested = body.get("templateID")
+        if not isinstance(requested, str) or not requested:
+            raise E2bError(400, "templateID: required, a template id or alias")
+        timeout = _int(body, "timeout", 1, MAX_TIMEOUT, config.default_timeout)
+        metadata = _str_map(body, "metadata")
+        _str_map(body, "envVars")  # validated; not stored anywhere (no envd yet)
+        internet = _bool(body, "allow_internet_access", False)
+        auto_pause = _bool(body, "autoPause", False)
+        _refuse_unsupported(body, internet, auto_pause)
+        key = await _call(resolve_template, requested)
+        if key is None:
+            raise E2bError(404, f"template {requested!r} not found")
+        key = PoolKey(key.template, "egress" if internet else "none", key.size)
+        name = NAME_PREFIX + secrets.token_hex(5)
+        granted = await _call(
+            store.claim,
+            namespace,
+            name,
+            key,
+            timeout,
+            metadata,
+            "pause" if auto_pause else "destroy",
+        )
+        ids.remember(granted.claim_id)
+        reply = sandbox_body(
+            config,
+            claim_id=granted.claim_id,
+            node=granted.node,
+            template=key.template,
+            claim_token=granted.token,
+            requested=requested,
+        )
+        return _json(reply, status=201)
+
+    # --- list ----------------------------------------------------------------------------
+
+    async def listing(request: Request, paged: bool) -> Response:
+        namespace = tenant(request)
+        params = request.query_params
+        try:
+            filters = Filters(
+                states=parse_states(params.get("state")),
+                metadata=tuple(parse_metadata_filter(params.get("metadata") or "").items()),
+                templates=_templates(config, params.get("template")),
+                started_after=parse_time("startedAfter", params.get("startedAfter")),
+            )
+            limit = parse_limit(params.get("limit")) if paged else None
+            descending = parse_order(params.get("order"))
+            cursor = decode_cursor(params.get("nextToken")) if paged else None
+        except BadQuery as error:
+            raise E2bError(400, str(error)) from None
+
+        def page() -> tuple[list[Located], Any, datetime]:
+            view = store.view()
+            found, following = index.page(view, namespace, filters, cursor, descending, limit)
+            return found, following, view.now
+
+        found, following, now = await _call(page)
+        items = [listed_body(config, located, now) for located in found]
+        headers = {"X-Next-Token": encode_cursor(following)} if following is not None else {}
+        return JSONResponse(items, headers=headers)
+
+    @app.get("/v2/sandboxes")
+    async def list_v2(request: Request) -> Response:
+        return await listing(request, paged=True)
+
+    @app.get("/sandboxes")
+    async def list_v1(request: Request) -> Response:
+        return await listing(request, paged=False)
+
+    # --- one sandbox ---------------------------------------------------------------------
+
+    @app.get("/sandboxes/{sandbox_id}")
+    async def get_info(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        located = await locate(namespace, sandbox_id)
+        row = await read(located, sandbox_id)
+        live = Located(located.node, entry_from_row(row))
+        now = store.clock.now()
+        return _json(detail_body(config, live, now, row.get("token")))
+
+    @app.delete("/sandboxes/{sandbox_id}")
+    async def kill(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        located = await locate(namespace, sandbox_id)
+        await read(located, sandbox_id)  # the inventory may still list one already gone
+        await _call(store.release, located)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/timeout")
+    async def set_timeout(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request)
+        if "timeout" not in body:
+            raise E2bError(400, "timeout: required, in seconds")
+        timeout = _int(body, "timeout", 1, MAX_TIMEOUT, 0)
+        located = await locate(namespace, sandbox_id)
+        await _call(store.renew, located, timeout)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/refreshes")
+    async def refresh(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request, required=False)
+        duration = _int(body, "duration", 0, MAX_REFRESH, 0) or config.default_timeout
+        located = await locate(namespace, sandbox_id)
+        await _call(store.renew, located, duration)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/connect")
+    @app.post("/v2/sandboxes/{sandbox_id}/connect")
+    async def connect(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request, required=False)
+        timeout = _int(body, "timeout", 1, MAX_TIMEOUT, config.default_timeout)
+        if _bool(body, "memory", True) is False:
+            raise E2bError(400, "memory: false (resume by reboot) is not supported")
+        located = await locate(namespace, sandbox_id)
+        row = await read(located, sandbox_id)
+        resumed = bool(row.get("hibernated"))
+        if resumed:
+            await _call(store.resume, located)
+            row = await read(located, sandbox_id)
+        wanted_end = store.clock.now() + timedelta(seconds=timeout)
+        if _later_than_deadline(wanted_end, row.get("deadline")):
+            await _call(store.renew, located, timeout)  # extends; never shortens
+        return _json(_sandbox_from_row(config, located, row), status=201 if resumed else 200)
+
+    @app.post("/sandboxes/{sandbox_id}/pause")
+    async def pause(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request, required=False)
+        if _bool(body, "memory", True) is False:
+            raise E2bError(400, "memory: false (pause without memory) is not supported")
+        _bool(body, "requireHealthyGuest", False)
+        located = await locate(namespace, sandbox_id)
+        await _call(store.pause, located)
+        return Response(status_code=204)
+
+    @app.post("/sandboxes/{sandbox_id}/resume")
+    async def resume(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request, required=False)
+        if _bool(body, "autoPause", False):
+            raise E2bError(400, "autoPause: true on resume is not supported")
+        timeout = _int(body, "timeout", 1, MAX_TIMEOUT, 0)
+        located = await locate(namespace, sandbox_id)
+        await _call(store.resume, located)
+        if timeout:
+            await _call(store.renew, located, timeout)
+        row = await read(located, sandbox_id)
+        return _json(_sandbox_from_row(config, located, row), status=201)
+
+    @app.get("/sandboxes/{sandbox_id}/logs")
+    @app.get("/v2/sandboxes/{sandbox_id}/logs")
+    async def logs(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        await locate(namespace, sandbox_id)
+        return _json({"logs": [], "logEntries": []})  # no log shipping from sandboxes
+
+    _install_error_handlers(app)
+    return app
+
+
+# --- request bodies ----------------------------------------------------------------------
+
+
+async def _object(request: Request, required: bool = True) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        if required:
+            raise E2bError(400, "the request needs a JSON object body")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise E2bError(400, f"the request body is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise E2bError(400, "the request body must be a JSON object")
+    return body
+
+
+def _int(body: dict[str, Any], name: str, low: int, high: int, default: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise E2bError(400, f"{name}: expected a whole number of seconds, got {value!r}")
+    if not low <= value <= high:
+        raise E2bError(400, f"{name}: {value} is outside {low}..{high}")
+    return value
+
+
+def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise E2bError(400, f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def _str_map(body: dict[str, Any], name: str) -> dict[str, str]:
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise E2bError(400, f"{name}: expected an object of string values")
+    return value
+
+
+def _refuse_unsupported(body: dict[str, Any], internet: bool, auto_pause: bool) -> None:
+    if _bool(body, "secure", True) is False:
+        raise E2bError(400, "secure: false is not supported: every sandbox gets an access token")
+    for option, why in UNSUPPORTED.items():
+        if body.get(option) not in (None, [], {}):
+            raise E2bError(400, f"{option}: not supported: {why}")
+    if _bool(body, "autoPauseMemory", True) is False:
+        raise E2bError(400, "autoPauseMemory: false is not supported: a pause keeps memory")
+    resume = body.get("autoResume")
+    if resume is not None:
+        if not isinstance(resume, dict) or not isinstance(resume.get("enabled", False), bool):
+            raise E2bError(400, 'autoResume: expected {"enabled": true|false}')
+        if resume.get("enabled"):
+            raise E2bError(400, "autoResume.enabled: not supported: resume with connect")
+    if auto_pause and internet:
+        raise E2bError(
+            400,
+            "autoPause with allow_internet_access: not supported: egress sandboxes "
+            "cannot be paused on expiry",
+        )
+
+
+def _templates(config: E2bConfig, text: str | None) -> frozenset[str] | None:
+    if not text:
+        return None
+    if text in config.aliases:
+        return frozenset({text, config.aliases[text][0]})
+    return frozenset({text})
+
+
+def _later_than_deadline(wanted: datetime, deadline: object) -> bool:
+    if not isinstance(deadline, str) or not deadline:
+        return True
+    try:
+        current = datetime.fromisoformat(deadline)
+    except ValueError:
+        return True
+    return wanted > current
+
+
+def _sandbox_from_row(config: E2bConfig, located: Located, row: dict[str, Any]) -> dict[str, Any]:
+    key = row.get("key")
+    if not isinstance(key, dict):
+        key = {}
+    return sandbox_body(
+        config,
+        claim_id=located.entry.id,
+        node=located.node,
+        template=str(key.get("template") or located.entry.template),
+        claim_token=str(row.get("token") or ""),
+    )
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking store call on the thread pool; its errors become e2b errors."""
+    try:
+        return await run_in_threadpool(fn, *args)
+    except E2bError:
+        raise
+    except Exception as error:
+        raise _translate(error) from error
+
+
+def _translate(error: Exception) -> E2bError:
+    if isinstance(error, NotFound):
+        return E2bError(404, str(error))
+    if isinstance(error, NodeRefused):
+        if error.status == 429:
+            return E2bError(429, f"at capacity: {error.message}", NO_RETRY)
+        return E2bError(error.status, error.message)
+    if isinstance(error, NoWarmCapacity):
+        return E2bError(503, f"no warm sandbox available right now; retry: {error}")
+    if isinstance(error, NodeUnavailable):
+        return E2bError(502, f"the sandbox's node is unreachable: {error}", NO_RETRY)
+    if isinstance(error, ClaimRoutingOff):
+        return E2bError(503, str(error), NO_RETRY)
+    if isinstance(error, InvalidValueError | BadQuery):
+        return E2bError(400, str(error))
+    log.error("unexpected error serving an e2b request", exc_info=error)
+    return E2bError(500, f"internal error: {type(error).__name__}")
+
+
+def _not_found(sandbox_id: str) -> E2bError:
+    return E2bError(404, f"sandbox {public_id(sandbox_id)!r} not found")
+
+
+def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _error(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return _json({"code": code, "message": message}, status=code, headers=headers)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def e2b_failure(_: Request, error: Exception) -> Response:
+        assert isinstance(error, E2bError)
+        return _error(error.code, error.message, error.headers)
+
+    async def http_failure(_: Request, error: Exception) -> Response:
+        assert isinstance(error, StarletteHTTPException)
+        messages = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
+        message = messages.get(error.status_code, str(error.detail))
+        return _error(error.status_code, message)
+
+    async def invalid_request(_: Request, error: Exception) -> Response:
+        return _error(400, f"invalid request: {error}")
+
+    async def unexpected(_: Request, error: Exception) -> Response:
+        return _error(500, f"internal error: {type(error).__name__}")
+
+    app.add_exception_handler(E2bError, e2b_failure)
+    app.add_exception_handler(StarletteHTTPException, http_failure)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(Exception, unexpected)

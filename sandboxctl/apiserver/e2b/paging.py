@@ -1,0 +1,259 @@
+"""``GET /v2/sandboxes``: its filters, its cursor, and an index that serves one page
+without building every listed sandbox.
+
+Sandboxes are ordered by (startedAt, sandboxID), newest first unless ``order=asc``. The
+cursor (``nextToken``, answered in ``X-Next-Token``) is base64url of ``"<startedAt>
+<sandboxID>"`` of the last sandbox on the page; the next page starts strictly after it,
+so a sandbox that comes or goes between pages never makes the others repeat or be skipped.
+
+Each node's entries are kept sorted per namespace, rebuilt only when that node's
+inventory changes; a page merges the fresh nodes' sorted runs from the cursor on and
+stops once it has ``limit + 1`` matches.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import heapq
+import itertools
+import json
+import threading
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from sandboxctl.apiserver.e2b.ids import public_id
+from sandboxctl.core.model import Entry
+from sandboxctl.core.snapshot import FleetView, Located
+
+MAX_LIMIT: Final = 100
+STATES: Final = ("running", "paused")
+PAUSED_PHASES: Final = frozenset({"hibernated", "paused", "archived"})
+_NEVER: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+SortKey = tuple[datetime, str]
+
+
+class BadQuery(ValueError):
+    """A list parameter that cannot be read; the message names it (answered 400)."""
+
+
+def state_of(entry: Entry) -> str:
+    return "paused" if entry.phase.lower() in PAUSED_PHASES else "running"
+
+
+def metadata_of(entry: Entry) -> dict[str, str]:
+    """The entry's metadata as a str -> str map ({} when absent or not such a map)."""
+    if not entry.metadata:
+        return {}
+    try:
+        value = json.loads(entry.metadata)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+def sort_key(entry: Entry) -> SortKey:
+    return (entry.claimed_at or _NEVER, public_id(entry.id))
+
+
+# --- parameters ------------------------------------------------------------------------
+
+
+def parse_metadata_filter(text: str) -> dict[str, str]:
+    """The SDK's doubly encoded filter, as decoded once by the framework: split into
+    ``k=v`` pairs, then percent-unquote each key and value (``user=a%20b%26c`` ->
+    ``{"user": "a b&c"}``). A pair without ``=``, an empty key or a repeated key is refused."""
+    found: dict[str, str] = {}
+    if not text:
+        return found
+    for part in text.split("&"):
+        if not part:
+            continue
+        raw_key, eq, raw_value = part.partition("=")
+        if not eq:
+            raise BadQuery(f"metadata filter {text!r}: {part!r} is not key=value")
+        key = urllib.parse.unquote(urllib.parse.unquote_plus(raw_key))
+        value = urllib.parse.unquote(urllib.parse.unquote_plus(raw_value))
+        if not key:
+            raise BadQuery(f"metadata filter {text!r}: empty key")
+        if key in found:
+            raise BadQuery(f"metadata filter {text!r}: key {key!r} given twice")
+        found[key] = value
+    return found
+
+
+def parse_states(text: str | None) -> frozenset[str]:
+    if text is None or text == "":
+        return frozenset(STATES)
+    states = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in states if s not in STATES]
+    if bad or not states:
+        raise BadQuery(f"state {text!r}: expected a comma-separated list of running, paused")
+    return frozenset(states)
+
+
+def parse_limit(text: str | None) -> int:
+    if text is None:
+        return MAX_LIMIT
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise BadQuery(f"limit {text!r}: expected a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def parse_order(text: str | None) -> bool:
+    """True for descending (the default)."""
+    if text is None or text == "desc":
+        return True
+    if text == "asc":
+        return False
+    raise BadQuery(f"order {text!r}: expected asc or desc")
+
+
+def parse_time(name: str, text: str | None) -> datetime | None:
+    if text is None or text == "":
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace(" ", "+"))
+    except ValueError:
+        raise BadQuery(f"{name} {text!r}: expected an ISO 8601 time") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # a naive time is read as UTC
+    return value.astimezone(UTC)
+
+
+def encode_cursor(key: SortKey) -> str:
+    text = f"{key[0].isoformat()} {key[1]}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str | None) -> SortKey | None:
+    if token is None or token == "":
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        stamp, space, sandbox_id = raw.partition(" ")
+        started = datetime.fromisoformat(stamp)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise BadQuery(f"nextToken {token!r} is not a token this server gave") from None
+    if not space or not sandbox_id or started.tzinfo is None:
+        raise BadQuery(f"nextToken {token!r} is not a token this server gave")
+    return (started.astimezone(UTC), sandbox_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    states: frozenset[str] = frozenset(STATES)
+    metadata: tuple[tuple[str, str], ...] = ()
+    templates: frozenset[str] | None = None  # None: any template
+    started_after: datetime | None = None
+
+    def accepts(self, entry: Entry) -> bool:
+        if state_of(entry) not in self.states:
+            return False
+        if self.templates is not None and entry.template not in self.templates:
+            return False
+        if self.started_after is not None and (
+            entry.claimed_at is None or entry.claimed_at <= self.started_after
+        ):
+            return False
+        if self.metadata:
+            have = metadata_of(entry)
+            return all(have.get(k) == v for k, v in self.metadata)
+        return True
+
+
+# --- the sorted index ------------------------------------------------------------------
+
+
+class _Run:
+    """One node's entries of one namespace, sorted by their key."""
+
+    __slots__ = ("entries", "keys")
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        pairs = sorted(((sort_key(e), e) for e in entries if e.id), key=lambda p: p[0])
+        self.keys = [k for k, _ in pairs]
+        self.entries = [e for _, e in pairs]
+
+    def after(self, cursor: SortKey | None, descending: bool) -> Iterator[tuple[SortKey, Entry]]:
+        if descending:
+            start = len(self.keys) if cursor is None else bisect.bisect_left(self.keys, cursor)
+            for i in range(start - 1, -1, -1):
+                yield self.keys[i], self.entries[i]
+        else:
+            start = 0 if cursor is None else bisect.bisect_right(self.keys, cursor)
+            for i in range(start, len(self.keys)):
+                yield self.keys[i], self.entries[i]
+
+
+class SortedIndex:
+    """Sorted runs per (node, namespace), rebuilt when a node's inventory changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, tuple[object, dict[str, _Run]]] = {}
+
+    def _run(self, view: FleetView, node: str, namespace: str) -> _Run | None:
+        inventory = view.inventory(node)
+        if inventory is None:
+            return None
+        with self._lock:
+            cached = self._nodes.get(node)
+            if cached is None or (
+                cached[0] is not inventory.entries and cached[0] != inventory.entries
+            ):
+                cached = (inventory.entries, {})
+                self._nodes[node] = cached
+            runs = cached[1]
+            run = runs.get(namespace)
+            if run is None:
+                run = _Run(e for e in inventory.entries if e.namespaced_name[0] == namespace)
+                runs[namespace] = run
+            return run
+
+    def page(
+        self,
+        view: FleetView,
+        namespace: str,
+        filters: Filters,
+        cursor: SortKey | None,
+        descending: bool,
+        limit: int | None,
+    ) -> tuple[list[Located], SortKey | None]:
+        """Up to ``limit`` sandboxes after ``cursor`` in order, and the cursor of the next
+        page (None on the last one). ``limit`` None answers every match."""
+        streams: list[Iterator[tuple[SortKey, str, Entry]]] = []
+        nodes = view.fresh_nodes()
+        with self._lock:  # forget nodes that left the fleet
+            for gone in set(self._nodes) - set(view.snapshot.nodes):
+                del self._nodes[gone]
+        for node in nodes:
+            run = self._run(view, node, namespace)
+            if run is not None and run.keys:
+                streams.append(_tagged(run.after(cursor, descending), node))
+        merged = heapq.merge(*streams, key=_first, reverse=descending)
+        matches = (item for item in merged if filters.accepts(item[2]))
+        if limit is None:
+            return [Located(node, entry) for _, node, entry in matches], None
+        taken = list(itertools.islice(matches, limit + 1))
+        page = taken[:limit]
+        following = page[-1][0] if len(taken) > limit else None
+        return [Located(node, entry) for _, node, entry in page], following
+
+
+def _tagged(
+    items: Iterator[tuple[SortKey, Entry]], node: str
+) -> Iterator[tuple[SortKey, str, Entry]]:
+    for key, entry in items:
+        yield key, node, entry
+
+
+def _first(item: tuple[SortKey, str, Entry]) -> SortKey:
+    return item[0]
