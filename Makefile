@@ -1,14 +1,20 @@
-# The two commands a new user needs are `make serve` (later) and `make test`;
+# The two commands a new user needs are `make serve` and `make test`;
 # each installs what it needs first.
 VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: test lint format unit bench host-tools kubectl clean
+.PHONY: serve test lint format unit bench host-tools kubectl clean
 
 $(INSTALLED): pyproject.toml scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
 	touch $@
+
+## serve: a whole one-host development fleet (as root): e2b API :3000, Kubernetes API :3002,
+## host agent :7777, state in ./.sandboxctl. More flags: make serve SERVE_ARGS="--pool base=4"
+serve: $(INSTALLED) host-tools
+	@[ "$$(id -u)" = 0 ] || { echo "make serve: the sandbox runtime runs as root: try sudo make serve" >&2; exit 2; }
+	$(BIN)/sandboxctl serve $(SERVE_ARGS)
 
 ## test: lint, type-check, the import contracts and the whole suite
 test: lint unit

@@ -16,6 +16,7 @@ from sandboxctl.core.freshness import (
     FreshnessRule,
     ReferenceMode,
 )
+from sandboxctl.core.model import PoolKey
 from sandboxctl.core.timestamps import parse_rfc3339
 
 
@@ -91,3 +92,12 @@ def read_token(flag: str, path: Path) -> str:
     if not token:
         raise ConfigurationError(f"{flag} {path}: the file is empty")
     return token
+
+
+def parse_pool_flag(text: str) -> tuple[PoolKey, int]:
+    """``--pool TEMPLATE[/NET[/SIZE]]=N``, as the agent and ``serve`` take it."""
+    key_text, eq, count = text.partition("=")
+    parts = key_text.split("/")
+    if not eq or not key_text or len(parts) > 3 or not count.isdigit():
+        raise InvalidValueError(f"--pool {text!r}: expected TEMPLATE[/NET[/SIZE]]=N, e.g. base=4")
+    return PoolKey.of(*parts), int(count)

@@ -11,9 +11,8 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
-from sandboxctl.cli.options import read_token
+from sandboxctl.cli.options import parse_pool_flag, read_token
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
-from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.runtime import Runtime
@@ -106,7 +105,7 @@ def serve_sandboxd(
         state_dir=state_dir,
         templates=templates,
         max_sandboxes=max_sandboxes,
-        pools=dict(_pool(text) for text in pool or ()),
+        pools=dict(parse_pool_flag(text) for text in pool or ()),
         uid_base=uid_base,
     )
     serve(Agent(settings, _runtime(runtime)), host, port, token, destroy_on_exit)
@@ -122,14 +121,6 @@ def _runtime(name: RuntimeName) -> Runtime:
 
 def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _pool(text: str) -> tuple[PoolKey, int]:
-    key_text, eq, count = text.partition("=")
-    parts = key_text.split("/")
-    if not eq or not key_text or len(parts) > 3 or not count.isdigit():
-        raise InvalidValueError(f"--pool {text!r}: expected TEMPLATE[/NET[/SIZE]]=N, e.g. base=4")
-    return PoolKey.of(*parts), int(count)
 
 
 def _template(text: str) -> tuple[str, Path]:

@@ -683,7 +683,10 @@ def spaced_renderings(draw: st.DrawFn) -> tuple[str, LabelSelector]:
         elif operator is Operator.DOES_NOT_EXIST:
             parts.append(f"{ws[0]}!{ws[1]}{key}{ws[2]}")
         elif operator in (Operator.IN, Operator.NOT_IN):
-            listed = f"{ws[2]},{ws[2]}".join(values)
+            # Written as a person would: each value once, in order. Repeated empty values
+            # ("a in (,,)") are not valid Kubernetes syntax, so they are not generated.
+            unique = LabelRequirement(key, operator, values).values
+            listed = f"{ws[2]},{ws[2]}".join(unique)
             word = operator.value
             gap = ws[1] or " "
             parts.append(f"{ws[0]}{key}{gap}{word}{ws[2]}({ws[3]}{listed}{ws[3]}){ws[0]}")

@@ -171,8 +171,9 @@ def _names(view: FleetView, node: str) -> list[str]:
     return [entry.name for entry in inventory.entries]
 
 
-def _mesh_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "sandboxctl-mesh-inventory"]
+def _mesh_threads(source: MeshInventorySource) -> list[threading.Thread]:
+    """This source's poller, if it runs (other tests may run sources of their own)."""
+    return [t for t in threading.enumerate() if t is source._thread]
 
 
 def _factory(kind: str) -> Callable[[str], AgentClient] | None:
@@ -205,7 +206,7 @@ def test_start_lists_both_nodes_with_their_entries(
     )
     assert isinstance(source, InventorySource)
     source.start()
-    assert [t.is_alive() for t in _mesh_threads()] == [True]
+    assert [t.is_alive() for t in _mesh_threads(source)] == [True]
 
     view = _view(source, clock)
     assert view.fresh_nodes() == ["node-a", "node-b"]
@@ -257,7 +258,7 @@ def test_start_lists_both_nodes_with_their_entries(
     started = time.monotonic()
     source.stop()
     assert time.monotonic() - started < 5, "stop() waited out the poll interval"
-    assert _mesh_threads() == []
+    assert _mesh_threads(source) == []
 
 
 @needs_sandboxes
@@ -309,7 +310,7 @@ def test_a_seed_refusing_the_token_fails_start_naming_it(
         f"sandboxd seed {refusing.address} refused the token: mesh mode needs the fleet's "
         "root token (--sandboxd-token-file)"
     )
-    assert _mesh_threads() == []
+    assert _mesh_threads(source) == []
 
 
 @needs_sandboxes
@@ -335,7 +336,7 @@ def test_no_seed_answering_fails_start_naming_each(
     assert str(error.value) == (
         f"no sandboxd seed answered: {first} (connection refused), {second} (connection refused)"
     )
-    assert _mesh_threads() == []
+    assert _mesh_threads(source) == []
     assert len(source.snapshot()) == 0
 
 
