@@ -2,7 +2,9 @@
 
 Auth: with a root token, every call needs ``Authorization: Bearer <root>``, except the
 per-sandbox verbs (release, renew, hibernate, wake), which also take that sandbox's own
-token, and ``/metrics``, which is open. Without a root token (development mode) nothing is
+token, and ``/metrics``, which is open. envd, the e2b data plane of each sandbox
+(``sandboxctl.envd``), is served under ``/v1/sandboxes/{id}/envd/`` with the same
+root-or-sandbox auth, outside the body cap. Without a root token (development mode) nothing is
 checked, and the CLI only allows a loopback listen address.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandboxctl.core.model import PoolKey
+from sandboxctl.envd.app import PATH_PATTERN, create_envd_app
 from sandboxctl.sandboxd.agent import Agent, ClaimRequest
 from sandboxctl.sandboxd.errors import AgentError, PayloadTooLarge, Unauthorized
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
@@ -30,6 +34,7 @@ from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
 
 MAX_BODY_BYTES = 1 << 20
+ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
 
 
@@ -75,15 +80,18 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         if not _matches(_bearer(request), root_token):
             raise Unauthorized("a root token is required")
 
-    async def root_or_sandbox(request: Request, sandbox_id: str) -> None:
+    def may_act_on(request: Request, sandbox_id: str) -> bool:
         if root_token is None:
-            return
+            return True
         offered = _bearer(request)
         if _matches(offered, root_token):
-            return
+            return True
         # An unknown id and a wrong token answer alike, so ids cannot be probed.
         token = agent.token_of(sandbox_id) if offered else None
-        if token is None or not _matches(offered, token):
+        return token is not None and _matches(offered, token)
+
+    async def root_or_sandbox(request: Request, sandbox_id: str) -> None:
+        if not may_act_on(request, sandbox_id):
             raise Unauthorized("the root token or this sandbox's token is required")
 
     as_root = [Depends(root)]
@@ -160,7 +168,10 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
 
     _install_error_handlers(app)
     app.middleware("http")(_counting(metrics))
-    return BodyLimit(app)  # type: ignore[return-value]
+    # envd streams large bodies both ways: it bypasses the body cap and the middleware
+    envd = create_envd_app(agent, may_act_on)
+    app.state.envd = envd
+    return BodyLimit(app, envd=envd)  # type: ignore[return-value]
 
 
 def sandbox_json(record: SandboxRecord, with_token: bool = False) -> dict[str, Any]:
@@ -259,14 +270,20 @@ class BodyLimit:
     small JSON body, so buffering costs nothing and the app never sees a cut-off stream.
     """
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, envd: ASGIApp | None = None
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.envd = envd
         self.state = getattr(app, "state", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.envd is not None and ENVD_PATH.match(scope["path"]):
+            await self.envd(scope, receive, send)
             return
         too_large = PayloadTooLarge(f"request body over {self.limit} bytes")
         length = dict(scope["headers"]).get(b"content-length")

@@ -1,0 +1,177 @@
+"""The envd ASGI app, with routes under ``/v1/sandboxes/{sandbox_id}/envd``.
+
+Auth is the agent's: ``authorize(request, sandbox_id)`` decides (root token or that
+sandbox's token); a refusal answers 401 JSON. An unknown or released sandbox answers
+``502 {"code": 502, "message": "The sandbox <id> was not found"}``, which the e2b SDK reports
+as "sandbox not running".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sandboxctl.envd import files
+from sandboxctl.envd.connect import (
+    MAX_MESSAGE_BYTES,
+    STREAM_CONTENT_TYPE,
+    ConnectError,
+    deadline_of,
+    end_of_stream,
+    error_response,
+    parse_envelope,
+    parse_json,
+)
+from sandboxctl.envd.filesystem import FilesystemService
+from sandboxctl.envd.process import ProcessService
+from sandboxctl.envd.target import Target
+from sandboxctl.envd.watch import WatchService
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.errors import NotFound
+
+log = logging.getLogger("sandboxctl.envd")
+
+PREFIX = "/v1/sandboxes/{sandbox_id}/envd"
+PATH_PATTERN = r"^/v1/sandboxes/[^/]+/envd(/|$)"
+Authorize = Callable[[Request, str], bool]
+
+
+class _Unreachable(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
+    processes = ProcessService()
+    filesystem = FilesystemService()
+    watchers = WatchService()
+
+    def target_of(request: Request) -> Target:
+        sandbox_id = request.path_params["sandbox_id"]
+        try:
+            record = agent.get(sandbox_id)
+        except NotFound:
+            raise _Unreachable(f"The sandbox {sandbox_id} was not found") from None
+        if record.hibernated:
+            raise _Unreachable(f"The sandbox {sandbox_id} is paused")
+        return Target(agent.spec(record), agent.identity(record), agent.runtime)
+
+    Handler = Callable[[Request, Target], Awaitable[Response]]
+
+    def guarded(handler: Handler, rpc: bool) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            def refuse(status: int, code: str, message: str) -> Response:
+                if rpc:
+                    return error_response(ConnectError(code, message))
+                return files.http_error(status, message)
+
+            if not authorize(request, request.path_params["sandbox_id"]):
+                return refuse(
+                    401, "unauthenticated", "the root or this sandbox's token is required"
+                )
+            try:
+                return await handler(request, target_of(request))
+            except _Unreachable as error:
+                return JSONResponse({"code": 502, "message": error.message}, status_code=502)
+            except ConnectError as error:
+                return error_response(error) if rpc else files.error_reply(error)
+            except Exception:
+                log.exception("envd %s %s", request.method, request.url.path)
+                return refuse(500, "internal", "internal error")
+
+        return endpoint
+
+    async def health(request: Request, target: Target) -> Response:
+        return Response(status_code=204)
+
+    async def get_files(request: Request, target: Target) -> Response:
+        return await files.read_file(target, request)
+
+    async def post_files(request: Request, target: Target) -> Response:
+        return await files.write_files(target, request)
+
+    async def rpc(request: Request, target: Target) -> Response:
+        service = request.path_params["service"]
+        method = request.path_params["method"]
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        deadline = deadline_of(request.headers)
+        body = await _read_body(request)
+        if service == "process.Process" and method in ("Start", "Connect"):
+            if content_type != STREAM_CONTENT_TYPE:
+                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
+            message = parse_envelope(body)
+            if method == "Start":
+                events = await processes.start(target, message, deadline)
+            else:
+                events = await processes.connect(target, message, deadline)
+            return StreamingResponse(_safe(events), media_type=STREAM_CONTENT_TYPE)
+        if service == "filesystem.Filesystem" and method == "WatchDir":
+            if content_type != STREAM_CONTENT_TYPE:
+                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
+            events = await watchers.watch_dir(target, parse_envelope(body), deadline)
+            return StreamingResponse(_safe(events), media_type=STREAM_CONTENT_TYPE)
+        if content_type != "application/json":
+            return JSONResponse(
+                ConnectError("unimplemented", f"unsupported content type {content_type!r}").json(),
+                status_code=415,
+            )
+        message = parse_json(body)
+        answer: dict[str, Any]
+        if service == "process.Process":
+            if method == "List":
+                answer = processes.list(target)
+            elif method == "SendSignal":
+                answer = await processes.send_signal(target, message)
+            elif method == "SendInput":
+                answer = await processes.send_input(target, message)
+            elif method == "CloseStdin":
+                answer = await processes.close_stdin(target, message)
+            else:
+                raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
+        elif service == "filesystem.Filesystem" and method == "CreateWatcher":
+            answer = await watchers.create(target, message)
+        elif service == "filesystem.Filesystem" and method == "GetWatcherEvents":
+            answer = watchers.events(target, message)
+        elif service == "filesystem.Filesystem" and method == "RemoveWatcher":
+            answer = await watchers.remove(target, message)
+        elif service == "filesystem.Filesystem":
+            answer = await filesystem.call(target, method, message)
+        else:
+            raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
+        return JSONResponse(answer)
+
+    routes = [
+        Route(f"{PREFIX}/health", guarded(health, rpc=False), methods=["GET"]),
+        Route(f"{PREFIX}/files", guarded(get_files, rpc=False), methods=["GET"]),
+        Route(f"{PREFIX}/files", guarded(post_files, rpc=False), methods=["POST"]),
+        Route(f"{PREFIX}/{{service}}/{{method}}", guarded(rpc, rpc=True), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.processes = processes
+    return app
+
+
+async def _read_body(request: Request) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise ConnectError("resource_exhausted", "request message too large")
+    return bytes(body)
+
+
+async def _safe(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Every stream ends with an end-of-stream envelope, even after a failure."""
+    try:
+        async for chunk in events:
+            yield chunk
+    except Exception:
+        log.exception("envd stream failed")
+        yield end_of_stream(ConnectError("internal", "internal error"))

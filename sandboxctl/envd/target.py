@@ -1,0 +1,111 @@
+"""One sandbox as envd sees it: how to run a command inside it and signal that command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sandboxctl.envd.connect import ConnectError
+from sandboxctl.sandboxd import bubblewrap
+from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
+
+HOME = bubblewrap.SANDBOX_HOME
+_TASKS: set[asyncio.Task[None]] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    spec: SandboxSpec
+    identity: Identity
+    runtime: Runtime
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        stdin: bool = False,
+    ) -> asyncio.subprocess.Process:
+        """Start ``argv`` inside the sandbox, in a session of its own."""
+        command = await asyncio.to_thread(
+            self.runtime.enter_command, self.spec, self.identity, list(argv)
+        )
+        return await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=bubblewrap.sandbox_env(env),
+            start_new_session=True,
+        )
+
+    async def run(
+        self, argv: Sequence[str], stdin: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` inside the sandbox to completion: (exit status, stdout, stderr)."""
+        process = await self.spawn(argv, stdin=stdin is not None)
+        try:
+            out, err = await process.communicate(stdin)
+        except BaseException:
+            await self.kill(process)
+            raise
+        return process.returncode if process.returncode is not None else -1, out, err
+
+    async def kill(self, process: asyncio.subprocess.Process) -> None:
+        if process.returncode is None:
+            await asyncio.to_thread(self.signal, process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()  # nsenter itself, once its child is gone or never started
+            await process.wait()
+
+    def kill_soon(self, process: asyncio.subprocess.Process) -> None:
+        """``kill`` in a task of its own: safe in a ``finally`` of a stream the client cut
+        off, where anyio's cancellation would interrupt any await."""
+        if process.returncode is None:
+            task = asyncio.get_running_loop().create_task(self.kill(process))
+            _TASKS.add(task)
+            task.add_done_callback(_TASKS.discard)
+
+    def signal(self, pgid: int, sig: int) -> None:
+        """Signal every process of a command started by ``spawn`` (``pgid``: its pid)."""
+        signal_entered = getattr(self.runtime, "signal_entered", None)
+        if signal_entered is not None:
+            signal_entered(pgid, sig)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+
+
+def sandbox_path(path: str | None, default: str | None = None) -> str:
+    """An absolute, normalised sandbox path; relative paths start at /home/user.
+
+    ``..`` that would climb above / is refused. Symlinks are left to the kernel: every
+    operation runs inside the sandbox, where they cannot lead to the host.
+    """
+    if not path:
+        if default is None:
+            raise ConnectError("invalid_argument", "path is required")
+        path = default
+    if "\0" in path:
+        raise ConnectError("invalid_argument", "path contains a NUL byte")
+    if path == "~" or path.startswith("~/"):
+        path = HOME + path[1:]
+    if not path.startswith("/"):
+        path = f"{HOME}/{path}"
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise ConnectError("invalid_argument", f"path escapes the sandbox root: {path}")
+        elif part not in ("", "."):
+            depth += 1
+    return posixpath.normpath(path).replace("//", "/")
