@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl import __version__
-from sandboxctl.cli import apiserver, inventory, sandboxd, serve, simulate
+from sandboxctl.cli import apiserver, inventory, proxy, sandboxd, serve, simulate
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
@@ -49,6 +49,7 @@ app.command("inventory")(inventory.inventory)
 app.command("simulate")(simulate.simulate)
 app.command("serve-sandboxd")(sandboxd.serve_sandboxd)
 app.command("serve-apiserver")(apiserver.serve_apiserver)
+app.command("serve-proxy")(proxy.serve_proxy)
 app.command("serve")(serve.serve)
 
 

@@ -1,14 +1,14 @@
 """``sandboxctl serve``: a whole one-host development fleet in one process, no configuration.
 
 One process holds the host agent, its HTTP API, the mesh inventory source over that one
-agent, the sandbox store, the Kubernetes-style API and the e2b API; every app is served
-by one uvicorn server (``run_servers``). See docs/serve.md.
+agent, the sandbox store, the Kubernetes-style API, the e2b API and the envd proxy (all
+over the one store); every app is served by one uvicorn server (``run_servers``). See
+docs/serve.md and docs/envd-proxy.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -48,6 +48,7 @@ from sandboxctl.core.freshness import (
 )
 from sandboxctl.core.model import PoolKey
 from sandboxctl.inventory.mesh import MeshInventorySource
+from sandboxctl.proxy import create_proxy_app
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app as create_agent_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
@@ -94,7 +95,8 @@ def serve(
             "--proxy-port",
             min=0,
             max=65535,
-            help="Port of the envd proxy (reserved: not served yet, but E2B_SANDBOX_URL names it).",
+            help="Port of the envd proxy (E2B_SANDBOX_URL names it): sandbox commands and "
+            "files go through it to the host agent's envd.",
         ),
     ] = 3001,
     kube_port: Annotated[
@@ -245,8 +247,8 @@ def _run(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> Non
             namespace=NAMESPACE,
         )
         listeners.append((create_e2b_app(store, config), e2b_sock))
-        # The envd proxy's port stays reserved (and says so) until the proxy is served.
-        listeners.append((_not_served("the envd proxy is not served yet"), proxy_sock))
+        # The envd proxy over the same store: the SDK's envd calls (E2B_SANDBOX_URL).
+        listeners.append((create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock))
         write_client_files(fleet, found)
         _say(usage(fleet))
         checks = Readiness(fleet, agent, store, inventories, found.root_token, stopping)
@@ -356,13 +358,14 @@ def usage(fleet: Fleet) -> str:
         f"  e2b API         {fleet.url(fleet.ports.e2b)}",
         f"  Kubernetes API  {fleet.url(fleet.ports.kube)}",
         f"  sandboxd        {fleet.url(fleet.ports.sandboxd)}  (token in {directory}/{TOKEN_FILE})",
-        f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (not served yet: sandbox commands "
-        "and files need it)",
+        f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (sandbox commands and files)",
         "",
         "Use it with the e2b SDK (pip install e2b):",
         f"  set -a; . {directory}/{ENV_FILE}; set +a",
         "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
         "print(s.sandbox_id); s.kill()'",
+        "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
+        'print(s.commands.run("echo hi").stdout, end=""); s.kill()\'',
         "and with kubectl:",
         f"  kubectl --kubeconfig {directory}/{KUBECONFIG_FILE} get sandboxes",
         "Stop with Ctrl-C (sandboxes are "
@@ -383,20 +386,6 @@ def _shown(path: Path) -> str:
 def _say(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _not_served(message: str) -> Any:
-    """A placeholder on a reserved port: every request gets 503 and ``message``."""
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = json.dumps({"code": 503, "message": message}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    return app
 
 
 # --- readiness ------------------------------------------------------------------------
@@ -456,6 +445,7 @@ class Readiness:
         ports = self.fleet.ports
         parts = [
             f"e2b API {self.fleet.url(ports.e2b)}",
+            f"envd proxy {self.fleet.url(ports.proxy)}",
             f"Kubernetes API {self.fleet.url(ports.kube)}",
             f"sandboxd {self.fleet.url(ports.sandboxd)} (node {self.agent.settings.node})",
             f"warm pools {summary}" if summary else "no warm pools",
@@ -477,6 +467,9 @@ class Readiness:
             ),
             "the e2b API (GET /health)": lambda: _answers(
                 http, f"{self.fleet.url(ports.e2b)}/health"
+            ),
+            "the envd proxy (GET /healthz)": lambda: _answers(
+                http, f"{self.fleet.url(ports.proxy)}/healthz"
             ),
         }
         return agent, apis

@@ -166,8 +166,7 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
     output = fleet.output()
     assert f"kubectl --kubeconfig {directory}/kubeconfig get sandboxes" in output
     assert f"set -a; . {directory}/e2b.env; set +a" in output
-    assert "envd proxy" in output
-    assert "not served yet" in output
+    assert f"envd proxy      {fleet.url('proxy')}" in output
 
     # The files: modes and contents.
     assert stat.S_IMODE(directory.stat().st_mode) == 0o711

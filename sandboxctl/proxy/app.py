@@ -1,0 +1,379 @@
+"""The envd proxy as an ASGI app: route, resolve, authorize, relay (streams both ways)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from sandboxctl.apiserver.e2b.models import envd_access_token
+from sandboxctl.proxy.budget import TokenBucket
+from sandboxctl.proxy.resolve import Owner, OwnerCache, Resolver
+from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
+from sandboxctl.store import SandboxStore
+
+log = logging.getLogger("sandboxctl.proxy")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+ENVD_PORT: Final = 49983
+CONNECT_TIMEOUT: Final = 5.0
+OUTCOMES: Final = (
+    "routed",
+    "unknown",
+    "unauthorized",
+    "bad_request",
+    "upstream_error",
+    "internal_path",
+    "port_not_served",
+)
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Never relayed upstream: the control-plane key, the caller's Host, the caller's
+# Authorization (re-sent as X-Forwarded-Authorization: the agent's Authorization is the
+# claim token), and any X-Forwarded-* the caller made up.
+DROPPED: Final = frozenset({"host", "x-api-key", "authorization", "content-length"})
+
+
+class ProxyMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "sandboxctl_envd_proxy_requests",
+            "envd proxy requests by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.probes = Counter(
+            "sandboxctl_envd_proxy_probes",
+            "Probes of the fresh nodes for an id no inventory lists (within the budget)",
+            registry=self.registry,
+        )
+        for outcome in OUTCOMES:
+            self.requests.labels(outcome)
+
+    def count(self, outcome: str) -> None:
+        self.requests.labels(outcome).inc()
+
+
+class ProxyApp:
+    def __init__(
+        self,
+        store: SandboxStore,
+        envd_secret: bytes,
+        domain: str,
+        probe_rate: float = 200,
+        probe_burst: float = 400,
+        owner_ttl: float = 60.0,
+    ) -> None:
+        self.envd_secret = envd_secret
+        self.domain = domain
+        self.metrics = ProxyMetrics()
+        self.budget = TokenBucket(probe_rate, probe_burst)
+        self.resolver = Resolver(
+            store, self.budget, OwnerCache(owner_ttl), on_probe=self.metrics.probes.inc
+        )
+        self._http: httpx.AsyncClient | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT, pool=CONNECT_TIMEOUT),
+                # A new connection per relay (fleet §9.1): an idle pooled connection
+                # would outlive the request, and no socket is left open at shutdown.
+                limits=httpx.Limits(max_keepalive_connections=0),
+                follow_redirects=False,
+                trust_env=False,
+            )
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        headers = _headers(scope)
+        if path == "/healthz" and method in ("GET", "HEAD"):
+            await _reply(send, 204, None)
+            return
+        try:
+            target = route(headers, self.domain)
+        except BadRoute as error:
+            self.metrics.count("bad_request")
+            await _reply(send, 400, {"code": 400, "message": str(error)})
+            return
+        if target is None:
+            if path == "/metrics" and method == "GET":
+                await _reply_bytes(
+                    send, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
+                )
+                return
+            self.metrics.count("bad_request")
+            await _reply(send, 400, {"code": 400, "message": NO_SANDBOX})
+            return
+        if is_internal(path):
+            self.metrics.count("internal_path")
+            await _reply(send, 404, {"code": 404, "message": "not found"})
+            return
+        if target.port != ENVD_PORT:
+            # Only envd is relayed; nothing else listens as far as a client can tell.
+            self.metrics.count("port_not_served")
+            await _not_found(send, target)
+            return
+        presented = headers.get("x-access-token", "")
+        open_path = method in ("GET", "HEAD") and path.rstrip("/") == "/health"
+        if not presented and not open_path:
+            self.metrics.count("unauthorized")
+            await _unauthorized(send, "missing X-Access-Token")
+            return
+        owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        if owner is None:
+            self.metrics.count("unknown")
+            await _not_found(send, target)
+            return
+        if not open_path:
+            expected = envd_access_token(self.envd_secret, owner.token)
+            if not hmac.compare_digest(presented.encode(), expected.encode()):
+                self.metrics.count("unauthorized")
+                await _unauthorized(send, "X-Access-Token does not match the sandbox")
+                return
+        await self._relay(scope, receive, send, headers, target, owner)
+
+    async def _relay(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[str, str],
+        target: Target,
+        owner: Owner,
+    ) -> None:
+        base = owner.address if "://" in owner.address else f"http://{owner.address}"
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        url = f"{base}/v1/sandboxes/{owner.claim_id}/envd{raw_path.decode('latin-1')}"
+        query = scope.get("query_string") or b""
+        if query:
+            url += "?" + query.decode("latin-1")
+        outbound = _outbound_headers(scope, headers, owner)
+        body_done = asyncio.Event()
+        has_body = "content-length" in headers or "transfer-encoding" in headers
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise ClientGone
+                    chunk = message.get("body", b"")
+                    if chunk:
+                        yield chunk
+                    if not message.get("more_body", False):
+                        return
+            finally:
+                body_done.set()
+
+        client = self._client()
+        request = client.build_request(
+            scope["method"], url, headers=outbound, content=body() if has_body else None
+        )
+        if not has_body:
+            body_done.set()  # nothing to read: watch for the hang-up at once
+        for name in ("accept", "accept-encoding", "user-agent"):  # httpx's defaults
+            if name not in headers:
+                del request.headers[name]
+        task = asyncio.current_task()
+        hung_up = asyncio.Event()
+        finishing = False
+
+        async def reply(message: Message) -> None:
+            nonlocal finishing
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                finishing = True  # from here a hang-up must not cancel the clean-up
+            await send(message)
+
+        async def watch() -> None:
+            await body_done.wait()
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not finishing:
+                        hung_up.set()
+                        if task is not None:
+                            task.cancel()
+                    return
+
+        watcher = asyncio.create_task(watch())
+        started = False
+        try:
+            try:
+                upstream = await client.send(request, stream=True)
+            except (httpx.HTTPError, ClientGone) as error:
+                self.resolver.forget(target.sandbox_id)
+                self.metrics.count("upstream_error")
+                log.info("envd relay for %s failed: %s", target.sandbox_id, error)
+                await _not_found(reply, target)
+                return
+            try:
+                if upstream.status_code == 401:
+                    # The node refused the claim token it gave us: the claim is gone
+                    # (released since it was cached). Answer as for an unknown id, so the
+                    # SDK says "not running", and resolve afresh next time.
+                    self.resolver.forget(target.sandbox_id)
+                    self.metrics.count("unknown")
+                    await upstream.aclose()
+                    await _not_found(reply, target)
+                    return
+                if upstream.status_code in (404, 502) and upstream.headers.get(
+                    "content-type", ""
+                ).startswith("application/json"):
+                    self.resolver.forget(target.sandbox_id)  # maybe a stale cached owner
+                self.metrics.count("routed")
+                await reply(
+                    {
+                        "type": "http.response.start",
+                        "status": upstream.status_code,
+                        "headers": _response_headers(upstream),
+                    }
+                )
+                started = True
+                async for chunk in upstream.aiter_raw():
+                    await reply({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as error:
+                # Leave the response unfinished: the server then drops the connection, so
+                # the caller sees a cut stream, never a complete-looking short one.
+                log.info("envd relay for %s broke off: %s", target.sandbox_id, error)
+                return
+            finally:
+                await upstream.aclose()
+            await reply({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not hung_up.is_set():
+                raise
+            if task is not None:
+                task.uncancel()  # the caller hung up: end quietly, the relay is closed
+            if not started:
+                self.metrics.count("upstream_error")
+        finally:
+            watcher.cancel()
+
+
+class ClientGone(Exception):
+    """The caller hung up before its request body was read."""
+
+
+def create_proxy_app(
+    store: SandboxStore,
+    envd_secret: bytes,
+    domain: str,
+    probe_rate: float = 200,
+    probe_burst: float = 400,
+    owner_ttl: float = 60.0,
+) -> ProxyApp:
+    """The envd proxy over ``store`` (which must have node access): an ASGI app."""
+    return ProxyApp(store, envd_secret, domain, probe_rate, probe_burst, owner_ttl)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        found[name] = f"{found[name]}, {value}" if name in found else value
+    return found
+
+
+def _outbound_headers(scope: Scope, headers: dict[str, str], owner: Owner) -> list[tuple[str, str]]:
+    connection = {
+        token.strip().lower() for token in headers.get("connection", "").split(",") if token
+    }
+    out = []
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        if name in HOP_BY_HOP or name in DROPPED or name in connection:
+            continue
+        if name.startswith("x-forwarded-"):
+            continue
+        out.append((name, raw_value.decode("latin-1")))
+    if "content-length" in headers and "transfer-encoding" not in headers:
+        out.append(("content-length", headers["content-length"]))
+    if "authorization" in headers:
+        out.append(("x-forwarded-authorization", headers["authorization"]))
+    client = scope.get("client")
+    if client:
+        out.append(("x-forwarded-for", str(client[0])))
+    if "host" in headers:
+        out.append(("x-forwarded-host", headers["host"]))
+    out.append(("x-forwarded-proto", str(scope.get("scheme", "http"))))
+    out.append(("authorization", f"Bearer {owner.token}"))
+    return out
+
+
+def _response_headers(upstream: httpx.Response) -> list[tuple[bytes, bytes]]:
+    connection = {
+        token.strip().lower()
+        for token in upstream.headers.get("connection", "").split(",")
+        if token
+    }
+    return [
+        (name, value)
+        for name, value in upstream.headers.raw
+        if name.lower().decode("latin-1") not in HOP_BY_HOP | connection
+    ]
+
+
+async def _not_found(send: Send, target: Target) -> None:
+    """The one 502 for unknown ids, unreachable nodes and unserved ports: it names no
+    node, and the e2b SDK maps it to SandboxNotRunningException."""
+    body = {"code": 502, "message": f"The sandbox {target.sandbox_id} was not found"}
+    await _reply(send, 502, body)
+
+
+async def _unauthorized(send: Send, message: str) -> None:
+    await _reply(send, 401, {"code": 401, "message": f"unauthorized access: {message}"})
+
+
+async def _reply(send: Send, status: int, body: dict[str, Any] | None) -> None:
+    if body is None:
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    await _reply_bytes(
+        send, status, json.dumps(body, separators=(",", ":")).encode(), "application/json"
+    )
+
+
+async def _reply_bytes(send: Send, status: int, payload: bytes, content_type: str) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    if status in (429, 502, 503, 504):
+        headers.append((b"should-retry", b"false"))  # the SDK would retry 3 times otherwise
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,186 @@
+"""Sandbox id -> the owning node's address and the sandbox's claim token.
+
+Resolution order (each step only when the one before missed):
+
+1. the recent-owner cache (``owner_ttl``, at most 4096 entries), kept only while the
+   node is still fresh and advertises the same address;
+2. the inventories (the store's ``locate_claim`` over inventories only, either id
+   spelling), then the owning node's live row for the claim token;
+3. for an id no inventory lists yet (a claim made since the last publish), a probe of
+   every fresh node under the per-replica token bucket; over budget the id is unknown.
+
+Every node asked comes from the store's fresh view, so a stale node is never contacted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandboxctl.apiserver.e2b.ids import public_id, same_sandbox
+from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.proxy.budget import TokenBucket
+from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
+from sandboxctl.store import SandboxStore
+from sandboxctl.store.nodes import NodeAccess
+
+CACHE_CAPACITY = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    node: str
+    address: str
+    claim_id: str
+    token: str  # the claim token: never leaves the proxy except to the owning node
+
+
+class OwnerCache:
+    """Recent owners by public id. On overflow expired entries go; if it is still full,
+    everything goes (one cheap step instead of an LRU on every hit)."""
+
+    def __init__(
+        self,
+        ttl: float,
+        capacity: int = CACHE_CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._clock = clock
+        self._entries: dict[str, tuple[float, Owner]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Owner | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            if found[0] <= self._clock():
+                del self._entries[key]
+                return None
+            return found[1]
+
+    def put(self, key: str, owner: Owner) -> None:
+        with self._lock:
+            now = self._clock()
+            if key not in self._entries and len(self._entries) >= self.capacity:
+                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+                if len(self._entries) >= self.capacity:
+                    self._entries.clear()
+            self._entries[key] = (now + self.ttl, owner)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Resolver:
+    def __init__(
+        self,
+        store: SandboxStore,
+        budget: TokenBucket,
+        cache: OwnerCache,
+        on_probe: Callable[[], None] = lambda: None,
+    ) -> None:
+        if store.nodes is None:
+            raise ValueError("the envd proxy needs a store with node access (NodeAccess)")
+        self.store = store
+        self.nodes: NodeAccess = store.nodes
+        self.budget = budget
+        self.cache = cache
+        self.on_probe = on_probe
+        # The same source, rule, clock and owner index, without node access: its
+        # locate_claim reads inventories only and never fans out to the nodes.
+        self._inventories = SandboxStore(
+            store.source, store.rule, clock=store.clock, index=store.index
+        )
+
+    def resolve(self, requested: str) -> Owner | None:
+        """The owner of ``requested`` (either id spelling), or None when no fresh node
+        holds it, a node could not say, or the probe budget is spent."""
+        key = public_id(requested)
+        view = self.store.view()
+        cached = self.cache.get(key)
+        if cached is not None:
+            inventory = view.inventory(cached.node)
+            if inventory is not None and inventory.address == cached.address:
+                return cached
+            self.cache.forget(key)
+        owner = self._from_inventory(requested)
+        if owner is None:
+            owner = self._probe(requested)
+        if owner is not None:
+            self.cache.put(key, owner)
+        return owner
+
+    def forget(self, requested: str) -> None:
+        self.cache.forget(public_id(requested))
+
+    def _from_inventory(self, requested: str) -> Owner | None:
+        located = self._inventories.locate_claim(
+            claim_spelling(requested), match=lambda claim_id: same_sandbox(requested, claim_id)
+        )
+        if located is None:
+            return None
+        inventory = self.store.view().inventory(located.node)
+        if inventory is None or not inventory.address:
+            return None
+        try:
+            row = self.store.read(located)  # the owning node's live row: the claim token
+        except SandboxctlError:
+            return None
+        return _owner(located.node, inventory.address, row)
+
+    def _probe(self, requested: str) -> Owner | None:
+        if not self.budget.take():
+            return None
+        self.on_probe()
+        view = self.store.view()
+        nodes: dict[str, str] = {}
+        for node in view.fresh_nodes():
+            inventory = view.inventory(node)
+            if inventory is not None and inventory.address:
+                nodes[inventory.address] = node
+        spellings = list(dict.fromkeys((requested, claim_spelling(requested))))
+
+        def ask(client: SandboxdClient) -> tuple[str, dict[str, Any]] | None:
+            for spelling in spellings:
+                try:
+                    return client.address, client.get(spelling)
+                except SandboxdError as error:
+                    if error.status != 404:
+                        raise
+            return None
+
+        for address in nodes:
+            self.store.stats.asked(address)
+        hit = self.nodes.first_hit(list(nodes), ask)
+        if hit is None:
+            return None
+        found_at, row = hit
+        owner_node = nodes.get(found_at)
+        return _owner(owner_node, found_at, row) if owner_node is not None else None
+
+
+def claim_spelling(requested: str) -> str:
+    """The agents' spelling of a public id: ``sb-0123abcd`` -> ``sb_0123abcd`` (agents
+    name claims ``sb_`` + hex); any other id as given."""
+    if requested.startswith("sb-"):
+        return "sb_" + requested[3:]
+    return requested
+
+
+def _owner(node: str, address: str, row: Any) -> Owner | None:
+    if not isinstance(row, dict):
+        return None
+    claim_id, token = row.get("id"), row.get("token")
+    if not isinstance(claim_id, str) or not isinstance(token, str) or not token:
+        return None
+    return Owner(node, address, claim_id, token)
