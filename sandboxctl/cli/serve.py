@@ -141,7 +141,8 @@ def serve(
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
 ) -> None:
-    """Run a whole one-host development fleet: agent, Kubernetes-style API and e2b API."""
+    """Run a whole one-host development fleet: agent, Kubernetes-style API, e2b API and
+    envd proxy."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
     pools = dict(parse_pool_flag(text) for text in pool or (DEFAULT_POOL,))
