@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "sandboxd": ("benchmarks.bench_sandboxd", "host agent claim/release over HTTP, memory, starts"),
     "store": ("benchmarks.bench_store", "store watch ticks pinned vs fleet, list/get index on/off"),
     "e2b": ("benchmarks.bench_e2b", "e2b API: SDK create p50/p99, SDK list 1000, page at 200x2000"),
+    "envd": ("benchmarks.bench_envd", "envd proxy: added latency, throughput, upload RSS"),
 }
 
 

@@ -152,7 +152,9 @@ class ProxyApp:
             self.metrics.count("unauthorized")
             await _unauthorized(send, "missing X-Access-Token")
             return
-        owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        owner = self.resolver.cached(target.sandbox_id)
+        if owner is None:  # the inventory or a probe: may wait on nodes, off the loop
+            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
         if owner is None:
             self.metrics.count("unknown")
             await _not_found(send, target)

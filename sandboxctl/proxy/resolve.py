@@ -102,17 +102,26 @@ class Resolver:
             store.source, store.rule, clock=store.clock, index=store.index
         )
 
+    def cached(self, requested: str) -> Owner | None:
+        """The cached owner while its node is still fresh at the same address; no I/O, so
+        the hot path can call it without leaving the event loop."""
+        key = public_id(requested)
+        cached = self.cache.get(key)
+        if cached is None:
+            return None
+        inventory = self.store.view().inventory(cached.node)
+        if inventory is not None and inventory.address == cached.address:
+            return cached
+        self.cache.forget(key)
+        return None
+
     def resolve(self, requested: str) -> Owner | None:
         """The owner of ``requested`` (either id spelling), or None when no fresh node
         holds it, a node could not say, or the probe budget is spent."""
-        key = public_id(requested)
-        view = self.store.view()
-        cached = self.cache.get(key)
+        cached = self.cached(requested)
         if cached is not None:
-            inventory = view.inventory(cached.node)
-            if inventory is not None and inventory.address == cached.address:
-                return cached
-            self.cache.forget(key)
+            return cached
+        key = public_id(requested)
         owner = self._from_inventory(requested)
         if owner is None:
             owner = self._probe(requested)
