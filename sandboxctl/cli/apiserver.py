@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -28,55 +27,28 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
-    parse_duration_flag,
     read_token,
 )
-from sandboxctl.core.durations import format_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.cli.sources import (
+    DEFAULT_POLL_INTERVAL,
+    InventoryPoll,
+    SandboxdTokenFile,
+    Seeds,
+    Source,
+    mesh_source,
+)
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
-from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
 from sandboxctl.serving import bind, run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
-SOURCES = ("mesh",)
-
 
 def serve_apiserver(
-    source: Annotated[
-        str,
-        typer.Option(
-            "--source",
-            metavar="mesh",
-            help="Where inventories come from. mesh: poll the sandboxd agents directly.",
-        ),
-    ] = "mesh",
-    seeds: Annotated[
-        str,
-        typer.Option(
-            "--sandboxd-seeds",
-            metavar="HOST:PORT,...",
-            help="The sandboxd agents to poll (mesh), comma-separated.",
-        ),
-    ] = "",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--sandboxd-token-file",
-            help="File holding the fleet's root token for the agents. Without it only "
-            "development agents (no token) can be read and claimed from.",
-        ),
-    ] = None,
-    inventory_poll: Annotated[
-        timedelta,
-        typer.Option(
-            "--inventory-poll",
-            parser=parse_duration_flag,
-            metavar="DURATION",
-            help="How often mesh mode polls every agent.",
-            show_default=format_duration(DEFAULT_POLL_INTERVAL),
-        ),
-    ] = DEFAULT_POLL_INTERVAL,
+    source: Source = "mesh",
+    seeds: Seeds = "",
+    token_file: SandboxdTokenFile = None,
+    inventory_poll: InventoryPoll = DEFAULT_POLL_INTERVAL,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
@@ -164,15 +136,7 @@ def serve_apiserver(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
     log = logging.getLogger("sandboxctl.apiserver")
-    if source not in SOURCES:
-        raise InvalidValueError(
-            f"--source {source!r}: only mesh is supported for now (poll the agents given "
-            "by --sandboxd-seeds)"
-        )
     host, port = parse_listen("--listen", listen)
-    addresses = [seed.strip() for seed in seeds.split(",") if seed.strip()]
-    if not addresses:
-        raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
     rule = freshness_rule(stale_after, reference, publish_interval)
     for warning in rule.warnings():
         log.warning("freshness: %s", warning)
@@ -187,11 +151,8 @@ def serve_apiserver(
         e2b_alias_file,
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
-    token = read_token("--sandboxd-token-file", token_file) if token_file else None
-    if token is None:
-        log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
-
-    inventories = MeshInventorySource(addresses, token, poll_interval=inventory_poll)
+    mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
+    inventories, token, addresses = mesh.inventories, mesh.token, mesh.seeds
     with contextlib.ExitStack() as sockets:
         sock = sockets.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one

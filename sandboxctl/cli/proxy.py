@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -21,19 +20,22 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
-    parse_duration_flag,
     read_token,
 )
-from sandboxctl.core.durations import format_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.cli.sources import (
+    DEFAULT_POLL_INTERVAL,
+    InventoryPoll,
+    SandboxdTokenFile,
+    Seeds,
+    Source,
+    mesh_source,
+)
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
-from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.serving import bind, run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
-
-SOURCES = ("mesh",)
 
 
 def serve_proxy(
@@ -55,40 +57,10 @@ def serve_proxy(
             "HMAC-SHA256(secret, claim token).",
         ),
     ] = None,
-    source: Annotated[
-        str,
-        typer.Option(
-            "--source",
-            metavar="mesh",
-            help="Where inventories come from. mesh: poll the sandboxd agents directly.",
-        ),
-    ] = "mesh",
-    seeds: Annotated[
-        str,
-        typer.Option(
-            "--sandboxd-seeds",
-            metavar="HOST:PORT,...",
-            help="The sandboxd agents to poll (mesh), comma-separated.",
-        ),
-    ] = "",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--sandboxd-token-file",
-            help="File holding the fleet's root token for the agents. Without it only "
-            "development agents (no token) answer.",
-        ),
-    ] = None,
-    inventory_poll: Annotated[
-        timedelta,
-        typer.Option(
-            "--inventory-poll",
-            parser=parse_duration_flag,
-            metavar="DURATION",
-            help="How often mesh mode polls every agent.",
-            show_default=format_duration(DEFAULT_POLL_INTERVAL),
-        ),
-    ] = DEFAULT_POLL_INTERVAL,
+    source: Source = "mesh",
+    seeds: Seeds = "",
+    token_file: SandboxdTokenFile = None,
+    inventory_poll: InventoryPoll = DEFAULT_POLL_INTERVAL,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
@@ -101,11 +73,6 @@ def serve_proxy(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
     log = logging.getLogger("sandboxctl.proxy")
-    if source not in SOURCES:
-        raise InvalidValueError(
-            f"--source {source!r}: only mesh is supported for now (poll the agents given "
-            "by --sandboxd-seeds)"
-        )
     if not domain.strip("."):
         raise ConfigurationError("serve-proxy needs --domain (the e2b API's --e2b-domain)")
     if secret_file is None:
@@ -114,17 +81,11 @@ def serve_proxy(
         )
     secret = read_token("--e2b-envd-secret-file", secret_file).encode()
     host, port = parse_listen("--listen", listen)
-    addresses = [seed.strip() for seed in seeds.split(",") if seed.strip()]
-    if not addresses:
-        raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
     rule = freshness_rule(stale_after, reference, publish_interval)
     for warning in rule.warnings():
         log.warning("freshness: %s", warning)
-    token = read_token("--sandboxd-token-file", token_file) if token_file else None
-    if token is None:
-        log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
-
-    inventories = MeshInventorySource(addresses, token, poll_interval=inventory_poll)
+    mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
+    inventories, token, addresses = mesh.inventories, mesh.token, mesh.seeds
     with contextlib.ExitStack() as sockets:
         sock = sockets.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
