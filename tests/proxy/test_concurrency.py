@@ -4,86 +4,37 @@ API and the envd proxy, all on loopback. Skipped when sandboxes cannot run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
-from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import PoolKey
-from sandboxctl.inventory.mesh import MeshInventorySource
-from sandboxctl.proxy import create_proxy_app
-from sandboxctl.sandboxd.agent import Agent, AgentSettings
-from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
-from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
-from tests.apiserver.helpers import serving
-from tests.e2b.stack import real_stack_skip_reason
-from tests.sandboxd.servers import free_port, wait_until
+from tests.proxy.sdk_stack import sdk_stack, skip_reason
 
-TOKEN = "fleet-root-token"
 KEY = "e2b_" + "d" * 40
 SECRET = b"envd-secret-for-proxy-concurrency-tests"
-DOMAIN = "sandboxes.test"
 # A uid block of its own, clear of test_sdk.py's (2_000_000 + ... * 20 < 2_020_000).
 UID_BASE = 2_100_000 + (os.getpid() % 1000) * 20
 SANDBOXES = 4
 COMMANDS = 20
 
 
-def _skip_reason() -> str | None:
-    if importlib.util.find_spec("e2b") is None:
-        return "the e2b SDK is not installed"
-    if importlib.util.find_spec("sandboxctl.envd") is None:
-        return "the host agent does not serve envd yet"
-    return real_stack_skip_reason()
-
-
 @pytest.fixture(scope="module")
 def sdk() -> Iterator[dict[str, Any]]:
-    reason = _skip_reason()
+    reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    with ExitStack() as stack:
-        state = Path(tempfile.mkdtemp(prefix="sandboxctl-proxy-concurrency-", dir="/tmp"))
-        state.chmod(0o711)
-        stack.callback(shutil.rmtree, state, ignore_errors=True)
-        port = free_port()
-        settings = AgentSettings(
-            node="node-a",
-            advertise_addr=f"127.0.0.1:{port}",
-            state_dir=state,
-            pools={PoolKey("base"): SANDBOXES},
-            uid_base=UID_BASE,
-            max_sandboxes=SANDBOXES + 4,
-        )
-        agent = Agent(settings, BubblewrapRuntime())
-        stack.callback(agent.stop, destroy=True)
-        agent.start()
-        stack.enter_context(serving(create_app(agent, TOKEN), port))
-        source = MeshInventorySource(
-            [settings.advertise_addr], TOKEN, poll_interval=timedelta(seconds=0.2)
-        )
-        source.start()
-        stack.callback(source.stop)
-        store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
-        stack.callback(store.close)
-        wait_until(lambda: store.view().fresh_nodes() == ["node-a"], what="the node to list")
-        config = E2bConfig(domain=DOMAIN, envd_secret=SECRET, api_keys={KEY: "default"})
-        api_url = stack.enter_context(serving(create_e2b_app(store, config)))
-        proxy_url = stack.enter_context(serving(create_proxy_app(store, SECRET, DOMAIN)))
-        yield {"api_key": KEY, "api_url": api_url, "sandbox_url": proxy_url}
+    with sdk_stack(
+        key=KEY,
+        secret=SECRET,
+        uid_base=UID_BASE,
+        warm=SANDBOXES,
+        prefix="sandboxctl-proxy-concurrency-",
+    ) as params:
+        yield params
 
 
 @pytest.fixture(scope="module")
