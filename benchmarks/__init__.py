@@ -32,6 +32,13 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+def with_target(row: Row, met: bool, target: str) -> Row:
+    """Say what a row aims for and whether it got there; a benchmark never fails on it."""
+    row["target"] = target
+    row["met"] = met
+    return row
+
+
 def load(name: str) -> Benchmark:
     """The ``run`` function of one registered benchmark (imported on demand)."""
     module_name, _ = BENCHMARKS[name]

@@ -46,7 +46,7 @@ from typing import Any
 
 import uvicorn
 
-from benchmarks import Row
+from benchmarks import Row, with_target
 from benchmarks.timing import Timing, measure
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings, ClaimRequest
@@ -107,7 +107,7 @@ def run() -> Iterator[Row]:
                     f"of uids {sorted(leftover)}",
                     file=sys.stderr,
                 )
-    yield _with_target(
+    yield with_target(
         _row("cleanup", leftover=sum(map(len, leftover.values()))), not leftover, "0 left"
     )
 
@@ -199,7 +199,7 @@ def _warm_claims(
 def _claim_row(case: str, timing: Timing, warm: int) -> Row:
     row = _row(case, **timing.figures("ms"), warm=f"{warm}/{len(timing.samples_ns)}")
     met = timing.p50_ns / 1e6 <= CLAIM_TARGET_MS and warm == len(timing.samples_ns)
-    return _with_target(row, met, f"p50 <= {CLAIM_TARGET_MS:g} ms, all warm")
+    return with_target(row, met, f"p50 <= {CLAIM_TARGET_MS:g} ms, all warm")
 
 
 def _idle_memory(agent: Agent) -> Row:
@@ -230,7 +230,7 @@ def _idle_memory(agent: Agent) -> Row:
         cgroup_mb=round(_p50(cgroup), 2) if cgroup else None,
         runs=len(records),
     )
-    return _with_target(row, p50_rss <= RSS_TARGET_MB, f"RSS <= {RSS_TARGET_MB:g} MB")
+    return with_target(row, p50_rss <= RSS_TARGET_MB, f"RSS <= {RSS_TARGET_MB:g} MB")
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -361,9 +361,3 @@ def _p50(values: list[float]) -> float:
 
 def _row(case: str, **figures: object) -> Row:
     return {"benchmark": NAME, "case": case, **figures}
-
-
-def _with_target(row: Row, met: bool, target: str) -> Row:
-    row["target"] = target
-    row["met"] = met
-    return row

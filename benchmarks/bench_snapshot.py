@@ -28,7 +28,7 @@ import itertools
 import random
 from collections.abc import Iterator
 
-from benchmarks import Row
+from benchmarks import Row, with_target
 from benchmarks.fleet import (
     FLEET_NOW,
     POOL_KEY,
@@ -67,7 +67,7 @@ def run() -> Iterator[Row]:
     small, large = (f"{n}x{e}" for n, e in (SHAPES[0], SHAPES[-1]))
     for case, p50 in lookup_p50.items():
         ratio = p50[large] / p50[small]
-        yield _with_target(
+        yield with_target(
             _row(f"{case} flatness", f"{large}/{small}", ratio=round(ratio, 2)),
             ratio <= FLATNESS_TARGET,
             f"<= {FLATNESS_TARGET:g}x",
@@ -107,7 +107,7 @@ def _bench_shape(nodes: int, per_node: int) -> Iterator[Row]:
         )
         row = _row(case, shape, **timing.figures("ms"), items=per_node)
         if case == "replace typical" and big:
-            _with_target(
+            with_target(
                 row,
                 timing.percentile(50) / 1e6 <= REPLACE_TARGET_MS,
                 f"<= {REPLACE_TARGET_MS:g} ms",
@@ -144,7 +144,7 @@ def _bench_shape(nodes: int, per_node: int) -> Iterator[Row]:
 
     for case, fn in (("lookup_name", lookup_names), ("lookup_claim_id", lookup_ids)):
         timing = measure(fn, runs=200, ops=LOOKUP_KEYS, max_seconds=1.0)
-        yield _with_target(
+        yield with_target(
             _row(case, shape, **timing.figures("us")),
             timing.percentile(50) / 1e3 <= LOOKUP_TARGET_US,
             f"<= {LOOKUP_TARGET_US:g} µs",
@@ -153,7 +153,7 @@ def _bench_shape(nodes: int, per_node: int) -> Iterator[Row]:
     # 4. warm candidates for the pool every node offers
     assert len(view.warm_candidates(POOL_KEY)) == len(fresh)
     timing = measure(lambda: view.warm_candidates(POOL_KEY), runs=200, ops=10, max_seconds=0.5)
-    yield _with_target(
+    yield with_target(
         _row("warm_candidates", shape, **timing.figures("us"), items=len(fresh)),
         timing.percentile(50) / 1e3 <= WARM_TARGET_US,
         f"<= {WARM_TARGET_US:g} µs",
@@ -222,9 +222,3 @@ def _check_replace(snapshot: FleetSnapshot, republished: NodeInventory) -> None:
 
 def _row(case: str, fleet: str, **figures: object) -> Row:
     return {"benchmark": NAME, "case": case, "fleet": fleet, **figures}
-
-
-def _with_target(row: Row, met: bool, target: str) -> Row:
-    row["target"] = target
-    row["met"] = met
-    return row

@@ -60,7 +60,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
-from benchmarks import Row
+from benchmarks import Row, with_target
 from benchmarks.fleet import FLEET_NOW, generate_fleet, node_name, republish
 from benchmarks.timing import Timing, gc_paused, measure
 from sandboxctl.clock import ManualClock
@@ -104,7 +104,7 @@ def run() -> Iterator[Row]:
             lists.extend(_bench_list(store, nodes, per_node))
     small, large = (f"{n}x{e}" for n, e in (SHAPES[0], SHAPES[-1]))
     flatness = pinned_p50_ns[large] / pinned_p50_ns[small]
-    yield _with_target(
+    yield with_target(
         _row("watch tick pinned flatness", f"{large}/{small}", ratio=round(flatness, 2)),
         flatness <= FLATNESS_TARGET,
         f"<= {FLATNESS_TARGET:g}x",
@@ -143,7 +143,7 @@ def _bench_watch(
     assert store.stats.fleet_reads == sweeps, "an idle pinned tick swept the fleet"
     pinned_ns = pinned_timing.p50_ns
     yield (
-        _with_target(
+        with_target(
             _row("watch tick pinned", shape, **pinned_timing.figures("us"), items=1),
             pinned_ns / 1e3 <= PINNED_TARGET_US,
             f"<= {PINNED_TARGET_US:g} µs",
@@ -170,7 +170,7 @@ def _bench_watch(
         note="what one tick of a pinned watch costs against re-listing the fleet",
     )
     if (nodes, per_node) == (200, 2000):
-        ratio_row = _with_target(ratio_row, poll_ratio >= POLL_RATIO_TARGET, ">= 1000x")
+        ratio_row = with_target(ratio_row, poll_ratio >= POLL_RATIO_TARGET, ">= 1000x")
     yield (ratio_row, None)
 
     fleet = Watcher(store, Query.parse(DEFAULT_NAMESPACE))
@@ -181,7 +181,7 @@ def _bench_watch(
     assert (store.stats.fleet_reads, store.stats.node_reads) == reads, "an idle tick read"
     fleet_ns = fleet_timing.p50_ns
     yield (
-        _with_target(
+        with_target(
             _row("watch tick fleet", shape, **fleet_timing.figures("us"), items=total),
             fleet_ns / 1e3 <= IDLE_FLEET_TARGET_US,
             f"<= {IDLE_FLEET_TARGET_US:g} µs",
@@ -327,9 +327,3 @@ def _ratio(slow: Timing, fast: Timing) -> float:
 
 def _row(case: str, fleet: str, **figures: object) -> Row:
     return {"benchmark": NAME, "case": case, "fleet": fleet, **figures}
-
-
-def _with_target(row: Row, met: bool, target: str) -> Row:
-    row["target"] = target
-    row["met"] = met
-    return row
