@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-import httpx
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sandboxctl.apiserver.e2b.models import envd_access_token
 from sandboxctl.proxy.budget import TokenBucket
-from sandboxctl.proxy.resolve import Owner, OwnerCache, Resolver
+from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
+from sandboxctl.proxy.upstream import Upstream, UpstreamError
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger("sandboxctl.proxy")
@@ -52,8 +53,11 @@ HOP_BY_HOP: Final = frozenset(
 )
 # Never relayed upstream: the control-plane key, the caller's Host, the caller's
 # Authorization (re-sent as X-Forwarded-Authorization: the agent's Authorization is the
-# claim token), and any X-Forwarded-* the caller made up.
-DROPPED: Final = frozenset({"host", "x-api-key", "authorization", "content-length"})
+# claim token), any X-Forwarded-* the caller made up, the body framing (set anew), and
+# Expect (uvicorn has already answered 100-continue to the caller).
+DROPPED: Final = frozenset(
+    {"host", "x-api-key", "authorization", "content-length", "transfer-encoding", "expect"}
+)
 
 
 class ProxyMetrics:
@@ -68,6 +72,11 @@ class ProxyMetrics:
         self.probes = Counter(
             "sandboxctl_envd_proxy_probes",
             "Probes of the fresh nodes for an id no inventory lists (within the budget)",
+            registry=self.registry,
+        )
+        self.connections = Counter(
+            "sandboxctl_envd_proxy_agent_connections",
+            "Connections opened to agents (kept alive and reused between requests)",
             registry=self.registry,
         )
         for outcome in OUTCOMES:
@@ -94,24 +103,11 @@ class ProxyApp:
         self.resolver = Resolver(
             store, self.budget, OwnerCache(owner_ttl), on_probe=self.metrics.probes.inc
         )
-        self._http: httpx.AsyncClient | None = None
-
-    def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT, pool=CONNECT_TIMEOUT),
-                # A new connection per relay (fleet §9.1): an idle pooled connection
-                # would outlive the request, and no socket is left open at shutdown.
-                limits=httpx.Limits(max_keepalive_connections=0),
-                follow_redirects=False,
-                trust_env=False,
-            )
-        return self._http
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
+        # One HMAC per claim token, not per request: the same bound as the owner cache.
+        self._access_token = functools.lru_cache(maxsize=CACHE_CAPACITY)(
+            functools.partial(envd_access_token, envd_secret)
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -160,7 +156,7 @@ class ProxyApp:
             await _not_found(send, target)
             return
         if not open_path:
-            expected = envd_access_token(self.envd_secret, owner.token)
+            expected = self._access_token(owner.token)
             if not hmac.compare_digest(presented.encode(), expected.encode()):
                 self.metrics.count("unauthorized")
                 await _unauthorized(send, "X-Access-Token does not match the sandbox")
@@ -176,15 +172,10 @@ class ProxyApp:
         target: Target,
         owner: Owner,
     ) -> None:
-        base = owner.address if "://" in owner.address else f"http://{owner.address}"
-        raw_path = scope.get("raw_path") or scope["path"].encode()
-        url = f"{base}/v1/sandboxes/{owner.claim_id}/envd{raw_path.decode('latin-1')}"
-        query = scope.get("query_string") or b""
-        if query:
-            url += "?" + query.decode("latin-1")
-        outbound = _outbound_headers(scope, headers, owner)
-        body_done = asyncio.Event()
         has_body = "content-length" in headers or "transfer-encoding" in headers
+        chunked = "transfer-encoding" in headers
+        head = _request_head(scope, headers, owner, chunked)
+        body_done = asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
             try:
@@ -200,15 +191,8 @@ class ProxyApp:
             finally:
                 body_done.set()
 
-        client = self._client()
-        request = client.build_request(
-            scope["method"], url, headers=outbound, content=body() if has_body else None
-        )
         if not has_body:
             body_done.set()  # nothing to read: watch for the hang-up at once
-        for name in ("accept", "accept-encoding", "user-agent"):  # httpx's defaults
-            if name not in headers:
-                del request.headers[name]
         task = asyncio.current_task()
         hung_up = asyncio.Event()
         finishing = False
@@ -234,46 +218,47 @@ class ProxyApp:
         started = False
         try:
             try:
-                upstream = await client.send(request, stream=True)
-            except (httpx.HTTPError, ClientGone) as error:
+                async with self._upstream.exchange(
+                    owner.address,
+                    head,
+                    body() if has_body else None,
+                    chunked=chunked,
+                    head_only=scope["method"] == "HEAD",
+                ) as upstream:
+                    if upstream.status == 401:
+                        # The node refused the claim token it gave us: the claim is gone
+                        # (released since it was cached). Answer as for an unknown id, so
+                        # the SDK says "not running", and resolve afresh next time.
+                        self.resolver.forget(target.sandbox_id)
+                        self.metrics.count("unknown")
+                        await _not_found(reply, target)
+                        return
+                    response_headers = _response_headers(upstream.headers)
+                    if upstream.status in (404, 502) and _is_json(response_headers):
+                        self.resolver.forget(target.sandbox_id)  # maybe a stale owner
+                    self.metrics.count("routed")
+                    await reply(
+                        {
+                            "type": "http.response.start",
+                            "status": upstream.status,
+                            "headers": response_headers,
+                        }
+                    )
+                    started = True
+                    async for chunk, last in upstream.body():
+                        await reply(
+                            {"type": "http.response.body", "body": chunk, "more_body": not last}
+                        )
+            except (UpstreamError, ClientGone) as error:
+                if started:
+                    # Leave the response unfinished: the server then drops the connection,
+                    # so the caller sees a cut stream, never a complete-looking short one.
+                    log.info("envd relay for %s broke off: %s", target.sandbox_id, error)
+                    return
                 self.resolver.forget(target.sandbox_id)
                 self.metrics.count("upstream_error")
                 log.info("envd relay for %s failed: %s", target.sandbox_id, error)
                 await _not_found(reply, target)
-                return
-            try:
-                if upstream.status_code == 401:
-                    # The node refused the claim token it gave us: the claim is gone
-                    # (released since it was cached). Answer as for an unknown id, so the
-                    # SDK says "not running", and resolve afresh next time.
-                    self.resolver.forget(target.sandbox_id)
-                    self.metrics.count("unknown")
-                    await upstream.aclose()
-                    await _not_found(reply, target)
-                    return
-                if upstream.status_code in (404, 502) and upstream.headers.get(
-                    "content-type", ""
-                ).startswith("application/json"):
-                    self.resolver.forget(target.sandbox_id)  # maybe a stale cached owner
-                self.metrics.count("routed")
-                await reply(
-                    {
-                        "type": "http.response.start",
-                        "status": upstream.status_code,
-                        "headers": _response_headers(upstream),
-                    }
-                )
-                started = True
-                async for chunk in upstream.aiter_raw():
-                    await reply({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as error:
-                # Leave the response unfinished: the server then drops the connection, so
-                # the caller sees a cut stream, never a complete-looking short one.
-                log.info("envd relay for %s broke off: %s", target.sandbox_id, error)
-                return
-            finally:
-                await upstream.aclose()
-            await reply({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not hung_up.is_set():
                 raise
@@ -310,6 +295,22 @@ def _headers(scope: Scope) -> dict[str, str]:
     return found
 
 
+def _request_head(scope: Scope, headers: dict[str, str], owner: Owner, chunked: bool) -> bytes:
+    """The request line and headers for the agent: the sandbox's envd route on the node,
+    the caller's headers less hop-by-hop and control-plane ones, the claim token."""
+    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    target = f"/v1/sandboxes/{owner.claim_id}/envd{path}"
+    query = scope.get("query_string") or b""
+    if query:
+        target += "?" + query.decode("latin-1")
+    host = owner.address.rpartition("://")[2].partition("/")[0]
+    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
+    lines += [f"{name}: {value}" for name, value in _outbound_headers(scope, headers, owner)]
+    if chunked:
+        lines.append("transfer-encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
 def _outbound_headers(scope: Scope, headers: dict[str, str], owner: Owner) -> list[tuple[str, str]]:
     connection = {
         token.strip().lower() for token in headers.get("connection", "").split(",") if token
@@ -336,17 +337,28 @@ def _outbound_headers(scope: Scope, headers: dict[str, str], owner: Owner) -> li
     return out
 
 
-def _response_headers(upstream: httpx.Response) -> list[tuple[bytes, bytes]]:
+def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The agent's response headers less hop-by-hop ones (uvicorn frames the body anew)."""
     connection = {
         token.strip().lower()
-        for token in upstream.headers.get("connection", "").split(",")
-        if token
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.decode("latin-1").split(",")
+        if token.strip()
     }
     return [
         (name, value)
-        for name, value in upstream.headers.raw
-        if name.lower().decode("latin-1") not in HOP_BY_HOP | connection
+        for name, value in raw
+        if (lowered := name.lower().decode("latin-1")) not in HOP_BY_HOP
+        and lowered not in connection
     ]
+
+
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.startswith(b"application/json")
+        for name, value in headers
+    )
 
 
 async def _not_found(send: Send, target: Target) -> None:

@@ -327,3 +327,12 @@ def test_healthz_and_metrics(client: httpx.Client, sdk_headers: Headers) -> None
     assert 'sandboxctl_envd_proxy_requests_total{outcome="bad_request"} 1.0' in metrics.text
     # with a sandbox named, /metrics is envd's, relayed
     assert client.get("/metrics", headers=sdk_headers()).json()["path"].endswith("/envd/metrics")
+
+
+def test_requests_to_one_agent_share_a_kept_alive_connection(
+    client: httpx.Client, sdk_headers: Headers
+) -> None:
+    for _ in range(5):
+        assert client.post("/echo", headers=sdk_headers(), content=b"x").status_code == 200
+    metrics = client.get("/metrics").text
+    assert "sandboxctl_envd_proxy_agent_connections_total 1.0" in metrics
