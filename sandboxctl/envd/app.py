@@ -16,9 +16,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Send
 
 from sandboxctl.envd import files
 from sandboxctl.envd.connect import (
+    END_STREAM,
     MAX_MESSAGE_BYTES,
     STREAM_CONTENT_TYPE,
     ConnectError,
@@ -111,12 +113,12 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
                 events = await processes.start(target, message, deadline)
             else:
                 events = await processes.connect(target, message, deadline)
-            return StreamingResponse(_safe(events), media_type=STREAM_CONTENT_TYPE)
+            return ConnectStream(_safe(events))
         if service == "filesystem.Filesystem" and method == "WatchDir":
             if content_type != STREAM_CONTENT_TYPE:
                 raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
             events = await watchers.watch_dir(target, parse_envelope(body), deadline)
-            return StreamingResponse(_safe(events), media_type=STREAM_CONTENT_TYPE)
+            return ConnectStream(_safe(events))
         if content_type != "application/json":
             return JSONResponse(
                 ConnectError("unimplemented", f"unsupported content type {content_type!r}").json(),
@@ -165,6 +167,25 @@ async def _read_body(request: Request) -> bytes:
         if len(body) > MAX_MESSAGE_BYTES:
             raise ConnectError("resource_exhausted", "request message too large")
     return bytes(body)
+
+
+class ConnectStream(StreamingResponse):
+    """A Connect server stream whose end-of-stream envelope also ends the body, so the
+    end goes out in one write rather than two (and costs the proxy one relay less)."""
+
+    def __init__(self, envelopes: AsyncIterator[bytes]) -> None:
+        super().__init__(envelopes, media_type=STREAM_CONTENT_TYPE)
+        self.envelopes = envelopes
+
+    async def stream_response(self, send: Send) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        ended = False
+        async for chunk in self.envelopes:  # _safe: exactly one end-of-stream, the last
+            ended = bool(chunk[0] & END_STREAM)
+            await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _safe(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
