@@ -7,6 +7,7 @@ import functools
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ from sandboxctl.apiserver.e2b.models import envd_access_token
 from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
+from sandboxctl.proxy.signature import BadSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError
 from sandboxctl.store import SandboxStore
 
@@ -144,10 +146,18 @@ class ProxyApp:
             return
         presented = headers.get("x-access-token", "")
         open_path = method in ("GET", "HEAD") and path.rstrip("/") == "/health"
+        signed = None
         if not presented and not open_path:
-            self.metrics.count("unauthorized")
-            await _unauthorized(send, "missing X-Access-Token")
-            return
+            try:
+                signed = file_signature(method, path, scope.get("query_string") or b"")
+            except BadSignature as error:
+                self.metrics.count("bad_request")
+                await _reply(send, 400, {"code": 400, "message": str(error)})
+                return
+            if signed is None:
+                self.metrics.count("unauthorized")
+                await _unauthorized(send, "missing X-Access-Token")
+                return
         owner = self.resolver.cached(target.sandbox_id)
         if owner is None:  # the inventory or a probe: may wait on nodes, off the loop
             owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
@@ -157,9 +167,15 @@ class ProxyApp:
             return
         if not open_path:
             expected = self._access_token(owner.token)
-            if not hmac.compare_digest(presented.encode(), expected.encode()):
+            if signed is not None:
+                problem = signed.problem(expected, time.time())
+            elif not hmac.compare_digest(presented.encode(), expected.encode()):
+                problem = "X-Access-Token does not match the sandbox"
+            else:
+                problem = None
+            if problem is not None:
                 self.metrics.count("unauthorized")
-                await _unauthorized(send, "X-Access-Token does not match the sandbox")
+                await _unauthorized(send, problem)
                 return
         await self._relay(scope, receive, send, headers, target, owner)
 

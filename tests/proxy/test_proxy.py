@@ -7,6 +7,7 @@ import json
 import resource
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
@@ -127,6 +128,56 @@ def test_missing_or_wrong_token_is_401(client: httpx.Client, sdk_headers: Header
     assert response.json()["code"] == 401
     response = client.get("/echo", headers=sdk_headers(token=access(LISTED).upper()))
     assert response.status_code == 401
+
+
+def signed(
+    operation: str,
+    path: str = "/home/user/a b+c.txt",
+    expires_in: int | None = None,
+    token: str | None = None,
+    user: str | None = None,
+) -> str:
+    """A ``/files`` URL signed as the SDK's ``download_url``/``upload_url`` sign it."""
+    from e2b.sandbox.signature import get_signature
+
+    signature = get_signature(path, operation, user, token or access(LISTED), expires_in)  # type: ignore[arg-type]
+    query = {"path": path, **({"username": user} if user else {})}
+    query["signature"] = signature["signature"]
+    if signature["expiration"]:
+        query["signature_expiration"] = str(signature["expiration"])
+    return "/files?" + urlencode(query, quote_via=quote)
+
+
+def test_a_signed_file_url_needs_no_token(client: httpx.Client) -> None:
+    host = {"Host": f"49983-{public(LISTED)}.{DOMAIN}"}
+    for method, operation, expires in (("GET", "read", None), ("POST", "write", 60)):
+        url = signed(operation, expires_in=expires, user="user")
+        response = client.request(method, url, headers=host, content=b"data")
+        assert response.status_code == 200, response.text
+        echo = response.json()
+        assert echo["path"] == f"/v1/sandboxes/{LISTED}/envd/files"
+        assert echo["query"] == url.partition("?")[2]  # relayed as it came
+        assert echo["headers"]["authorization"] == "Bearer claim-token-a"
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "status", "message"),
+    [
+        ("GET", signed("read", expires_in=-1), 401, "signature has expired"),
+        ("POST", signed("read"), 401, "does not match"),  # signed to read, used to write
+        ("GET", signed("read", token="0" * 64), 401, "does not match"),  # another sandbox's
+        ("GET", signed("read").replace("a%20b", "a%20c"), 401, "does not match"),
+        ("GET", signed("read") + "&signature_expiration=soon", 400, "unix seconds"),
+        ("GET", signed("read") + "&signature=v1_x", 400, "once"),
+        ("GET", "/echo?" + signed("read").partition("?")[2], 401, "missing X-Access-Token"),
+    ],
+)
+def test_a_bad_signed_file_url_is_refused(
+    client: httpx.Client, method: str, url: str, status: int, message: str
+) -> None:
+    response = client.request(method, url, headers={"Host": f"49983-{public(LISTED)}.{DOMAIN}"})
+    assert response.status_code == status, response.text
+    assert message in response.json()["message"]
 
 
 def test_health_needs_no_token(client: httpx.Client, sdk_headers: Headers) -> None:

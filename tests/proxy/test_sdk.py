@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy.sdk_stack import sdk_stack, skip_reason
+from tests.proxy.sdk_stack import DOMAIN, sdk_stack, skip_reason
 
 KEY = "e2b_" + "c" * 40
 SECRET = b"envd-secret-for-proxy-sdk-tests"
@@ -61,5 +61,32 @@ def test_a_wrong_access_token_is_refused(sdk: dict[str, Any]) -> None:
             content=b"{}",
         )
         assert response.status_code == 401
+    finally:
+        sandbox.kill()
+
+
+def test_signed_file_urls_from_the_sdk_work_host_routed(sdk: dict[str, Any]) -> None:
+    from e2b import Sandbox
+
+    sandbox = Sandbox.create(**sdk)
+    # What a wildcard DNS name and a TLS edge would carry: the sandbox is in the host.
+    host = {"Host": f"49983-{sandbox.sandbox_id}.{DOMAIN}"}
+    try:
+        sandbox.files.write("/home/user/signed.txt", "signed content")
+        url = sandbox.download_url("/home/user/signed.txt", use_signature_expiration=60)
+        assert "signature_expiration=" in url
+        download = httpx.get(url, headers=host)
+        assert download.status_code == 200, download.text
+        assert download.content == b"signed content"
+
+        upload_url = sandbox.upload_url("/home/user/uploaded.txt")
+        form = {"file": ("/home/user/uploaded.txt", b"uploaded by URL")}
+        upload = httpx.post(upload_url, headers=host, files=form)
+        assert upload.status_code == 200, upload.text
+        assert sandbox.files.read("/home/user/uploaded.txt") == "uploaded by URL"
+
+        # A URL signed for reading does not write.
+        refused = httpx.post(url, headers=host, files=form)
+        assert refused.status_code == 401
     finally:
         sandbox.kill()
