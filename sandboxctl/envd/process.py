@@ -93,7 +93,8 @@ class ProcessService:
         stdin = bool(get(request, "stdin", False))
         # cd inside the sandbox, so a missing cwd is the command's own error
         argv = ["/bin/sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, cmd, *args]
-        process = await target.spawn(argv, env=envs, stdin=stdin)
+        # The sandbox's env from its claim, under the request's own (as upstream envd)
+        process = await target.spawn(argv, env={**target.env, **envs}, stdin=stdin)
         shown = {"cmd": cmd, "args": args, "envs": envs, "cwd": cwd}
         tag = get(request, "tag")
         proc = Proc(process.pid, shown, str(tag) if tag is not None else None, process, target)

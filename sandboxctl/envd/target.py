@@ -28,6 +28,11 @@ class Target:
     def id(self) -> str:
         return self.spec.id
 
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The sandbox's env vars from its claim (the agent's record, through its spec)."""
+        return self.spec.env
+
     async def spawn(
         self,
         argv: Sequence[str],

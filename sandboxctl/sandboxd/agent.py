@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sandboxctl.clock import Clock, SystemClock
+from sandboxctl.core.envvars import check_env
+from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.errors import (
     AtCapacity,
@@ -51,6 +53,7 @@ class ClaimRequest:
     claim_ref: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
     on_expire: str = "destroy"
+    env: Mapping[str, str] = field(default_factory=dict)  # for envd's processes; secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,7 @@ class Agent:
             network=record.net == "egress",
             limits=SIZE_LIMITS[Size(record.size)],
             hostname=record.id.replace("_", "-"),
+            env=record.env,
         )
 
     def identity(self, record: SandboxRecord) -> Identity:
@@ -385,6 +389,7 @@ class Agent:
         namespace, slash, name = request.claim_ref.partition("/")
         if request.claim_ref and (not slash or not namespace or not name or "/" in name):
             raise BadRequest("claim_ref: expected <namespace>/<name>")
+        _check_env(request.env)
         return key
 
     def _check_key(self, key: PoolKey) -> None:
@@ -479,6 +484,7 @@ class Agent:
         record.token = secrets.token_urlsafe(24)
         record.claim_ref = request.claim_ref
         record.metadata = dict(request.metadata)
+        record.env = dict(request.env)
         record.ttl_seconds = ttl
         record.deadline = now + ttl
         record.claimed_at = now
@@ -547,6 +553,13 @@ def _ttl(ttl_seconds: int) -> int:
     if ttl_seconds < 0:
         raise BadRequest("ttl_seconds: must not be negative")
     return min(ttl_seconds, MAX_TTL_SECONDS)
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    try:
+        check_env(env)
+    except InvalidValueError as error:
+        raise BadRequest(str(error)) from None
 
 
 def _key_json(key: PoolKey) -> dict[str, str]:

@@ -50,6 +50,7 @@ class ClaimBody(_Strict):
     claim_ref: str = ""
     metadata: dict[str, str] = Field(default_factory=dict)
     on_expire: str = "destroy"
+    env: dict[str, str] = Field(default_factory=dict)  # stored, never returned
     no_redirect: bool = False  # accepted for upstream clients; this agent never redirects
 
 
@@ -120,6 +121,7 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
                 claim_ref=body.claim_ref,
                 metadata=body.metadata,
                 on_expire=body.on_expire,
+                env=body.env,
             )
         )
         return {
@@ -175,6 +177,8 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
 
 
 def sandbox_json(record: SandboxRecord, with_token: bool = False) -> dict[str, Any]:
+    # Never the claim's env: its values may be secrets, and every reader of the fleet
+    # (the mesh inventory, the API servers) reads these rows.
     limits = SIZE_LIMITS[Size(record.size)]
     body: dict[str, Any] = {
         "id": record.id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -49,6 +49,9 @@ class SandboxSpec:
     network: bool  # False: a network namespace with only loopback (net=none)
     limits: Limits
     hostname: str = "sandbox"
+    # The claim's env vars, which envd sets for the commands it starts (under each
+    # request's own). Runtimes do not read it: a warm sandbox starts before its claim.
+    env: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,12 @@ targets are configuration, not state: ``--pool`` flags apply at every start.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,13 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     claimed_at REAL,
     on_expire TEXT NOT NULL,
     hibernated INTEGER NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    env TEXT NOT NULL DEFAULT '{}'
 );
 """
+# Columns added after the first release, with their definitions: a database written by an
+# older agent gets them when it is opened.
+_ADDED_COLUMNS = {"env": "TEXT NOT NULL DEFAULT '{}'"}
 
 
 @dataclass(slots=True)
@@ -62,6 +68,9 @@ class SandboxRecord:
     on_expire: str
     hibernated: bool
     created_at: float
+    # The claim's environment variables, for every process envd starts in the sandbox.
+    # Values may be secrets: the agent's API never returns them.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> PoolKey:
@@ -72,15 +81,28 @@ _COLUMNS = [f.name for f in fields(SandboxRecord)]
 
 
 class StateStore:
-    """Thread-safe; every write is committed before the call returns."""
+    """Thread-safe; every write is committed before the call returns.
+
+    The database holds every sandbox's token and env, so it is readable by its owner only
+    (0600, and SQLite gives its -wal and -shm files the database's mode): a sandbox of the
+    ``base`` template sees the host's filesystem, read-only.
+    """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        for owned in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
+            with contextlib.suppress(FileNotFoundError):
+                owned.chmod(0o600)  # a database from before this rule
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(sandboxes)")}
+        for name, definition in _ADDED_COLUMNS.items():
+            if name not in present:
+                self._db.execute(f"ALTER TABLE sandboxes ADD COLUMN {name} {definition}")
 
     def close(self) -> None:
         with self._lock:
@@ -118,6 +140,7 @@ def _to_column(value: Any) -> Any:
 def _from_row(row: tuple[Any, ...]) -> SandboxRecord:
     values = dict(zip(_COLUMNS, row, strict=True))
     values["metadata"] = json.loads(values["metadata"])
+    values["env"] = json.loads(values["env"])
     values["claimed"] = bool(values["claimed"])
     values["hibernated"] = bool(values["hibernated"])
     return SandboxRecord(**values)

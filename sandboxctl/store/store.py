@@ -256,8 +256,12 @@ class SandboxStore:
         ttl_seconds: int = 0,
         metadata: Mapping[str, str] | None = None,
         on_expire: str = "destroy",
+        env: Mapping[str, str] | None = None,
     ) -> Assignment:
         """Place a claim by power of two choices over fresh warm capacity.
+
+        ``env`` is the sandbox's environment for the commands envd starts in it; the
+        owning agent validates and stores it, and never lists it.
 
         Raises NoWarmCapacity when no fresh node has warm capacity left, the node's
         refusal (NodeRefused) for a 4xx it gives, and NodeUnavailable when a request timed
@@ -273,6 +277,8 @@ class SandboxStore:
             "metadata": dict(metadata or {}),
             "on_expire": on_expire,
         }
+        if env:  # only when given: an agent from before claim env refuses the field
+            body["env"] = dict(env)
 
         def attempt(candidate: WarmCandidate) -> Outcome[Assignment]:
             try:

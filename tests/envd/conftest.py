@@ -32,8 +32,8 @@ class Host:
     agent: Agent
     address: str
 
-    def claim(self) -> Envd:
-        record = self.agent.claim(ClaimRequest(template="base"))
+    def claim(self, env: dict[str, str] | None = None) -> Envd:
+        record = self.agent.claim(ClaimRequest(template="base", env=env or {}))
         return Envd(self.address, record.id, record.token)
 
 

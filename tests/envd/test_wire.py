@@ -72,6 +72,23 @@ def test_run_envs_and_cwd(shared: Envd) -> None:
     assert missing["end"]["exitCode"] != 0
 
 
+def test_the_sandbox_env_reaches_commands_under_the_requests(host: Host) -> None:
+    env = {"FOO": "bar", "ONLY": "from the claim", "LANG": "C"}
+    envd = host.claim(env=env)
+    try:
+        shown = 'echo "$FOO|$ONLY|$LANG|$HOME"'
+        assert envd.run(shown)["stdout"] == "bar|from the claim|C|/home/user\n"
+        overridden = envd.run(shown, envs={"FOO": "baz", "LANG": "C.UTF-8"})
+        assert overridden["stdout"] == "baz|from the claim|C.UTF-8|/home/user\n"
+    finally:
+        host.agent.release(envd.sandbox_id)
+    plain = host.claim()
+    try:
+        assert plain.run('echo "$FOO|$ONLY"')["stdout"] == "|\n"
+    finally:
+        host.agent.release(plain.sandbox_id)
+
+
 def test_start_bad_requests(shared: Envd) -> None:
     response, _ = shared.stream("process.Process/Start", {"process": {}})
     assert response.status_code == 400

@@ -66,8 +66,28 @@ def sdk_stack(
         stack.callback(source.stop)
         store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
         stack.callback(store.close)
-        wait_until(lambda: store.view().fresh_nodes() == ["node-a"], what="the node to list")
+        wait_until(
+            lambda: sum(c.warm for c in store.view().warm_candidates(PoolKey("base"))) >= warm,
+            what="the warm pool to fill and list",
+        )
         config = E2bConfig(domain=DOMAIN, envd_secret=secret, api_keys={key: "default"})
         api_url = stack.enter_context(serving(create_e2b_app(store, config)))
         proxy_url = stack.enter_context(serving(create_proxy_app(store, secret, DOMAIN)))
         yield {"api_key": key, "api_url": api_url, "sandbox_url": proxy_url}
+
+
+def create_sandbox(sdk: dict[str, Any], **options: Any) -> Any:
+    """``Sandbox.create``, again while the API has seen no warm sandbox (503, retryable):
+    the agent refills its pool at once, but the API sees it at the next inventory poll."""
+    from e2b import Sandbox
+    from e2b.exceptions import ServiceBusyException
+
+    def attempt() -> Any:
+        try:
+            return Sandbox.create(**options, **sdk)
+        except ServiceBusyException as error:
+            if "no warm sandbox available" in str(error):
+                return None
+            raise
+
+    return wait_until(attempt, what="a warm sandbox")

@@ -1,6 +1,6 @@
 """End to end with the unmodified e2b SDK: a real host agent (bubblewrap sandboxes, envd
 served by the agent), the mesh inventory, the store, the e2b API and the envd proxy, all
-on loopback. Skipped when the agent does not serve envd yet or sandboxes cannot run."""
+on loopback. Skipped when sandboxes cannot run here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy.sdk_stack import DOMAIN, sdk_stack, skip_reason
+from tests.proxy.sdk_stack import DOMAIN, create_sandbox, sdk_stack, skip_reason
 
 KEY = "e2b_" + "c" * 40
 SECRET = b"envd-secret-for-proxy-sdk-tests"
@@ -30,10 +30,9 @@ def sdk() -> Iterator[dict[str, Any]]:
 
 
 def test_commands_and_files_through_the_proxy(sdk: dict[str, Any]) -> None:
-    from e2b import Sandbox
     from e2b.exceptions import SandboxNotRunningException
 
-    sandbox = Sandbox.create(**sdk)
+    sandbox = create_sandbox(sdk)
     try:
         assert sandbox.commands.run("echo hi").stdout == "hi\n"
         sandbox.files.write("/tmp/proxy.txt", "through the proxy")
@@ -46,9 +45,7 @@ def test_commands_and_files_through_the_proxy(sdk: dict[str, Any]) -> None:
 
 
 def test_a_wrong_access_token_is_refused(sdk: dict[str, Any]) -> None:
-    from e2b import Sandbox
-
-    sandbox = Sandbox.create(**sdk)
+    sandbox = create_sandbox(sdk)
     try:
         response = httpx.post(
             f"{sdk['sandbox_url']}/process.Process/List",
@@ -66,9 +63,7 @@ def test_a_wrong_access_token_is_refused(sdk: dict[str, Any]) -> None:
 
 
 def test_signed_file_urls_from_the_sdk_work_host_routed(sdk: dict[str, Any]) -> None:
-    from e2b import Sandbox
-
-    sandbox = Sandbox.create(**sdk)
+    sandbox = create_sandbox(sdk)
     # What a wildcard DNS name and a TLS edge would carry: the sandbox is in the host.
     host = {"Host": f"49983-{sandbox.sandbox_id}.{DOMAIN}"}
     try:
@@ -90,3 +85,51 @@ def test_signed_file_urls_from_the_sdk_work_host_routed(sdk: dict[str, Any]) -> 
         assert refused.status_code == 401
     finally:
         sandbox.kill()
+
+
+def test_create_envs_reach_commands_and_a_commands_envs_win(sdk: dict[str, Any]) -> None:
+    sandbox = create_sandbox(sdk, envs={"FOO": "bar", "OTHER": "kept"})
+    try:
+        assert sandbox.commands.run("echo $FOO").stdout == "bar\n"
+        assert sandbox.commands.run("echo $FOO", envs={"FOO": "baz"}).stdout == "baz\n"
+        # per command: the next one sees the sandbox's value again, and the rest of it
+        assert sandbox.commands.run('echo "$FOO $OTHER"').stdout == "bar kept\n"
+        handle = sandbox.commands.run("echo $FOO", background=True)
+        assert handle.wait().stdout == "bar\n"
+    finally:
+        sandbox.kill()
+
+
+def test_a_sandbox_created_without_envs_has_none(sdk: dict[str, Any]) -> None:
+    with_env = create_sandbox(sdk, envs={"FOO": "bar"})
+    plain = create_sandbox(sdk)
+    try:
+        assert plain.commands.run('echo "[$FOO]"').stdout == "[]\n"
+    finally:
+        plain.kill()
+        with_env.kill()
+
+
+def test_env_values_are_not_listed_and_bad_names_are_refused(sdk: dict[str, Any]) -> None:
+    secret = "s3cr3t-value-" + "q" * 16
+    sandbox = create_sandbox(sdk, envs={"API_KEY": secret})
+    headers = {"X-API-Key": sdk["api_key"]}
+    try:
+        for path in ("/v2/sandboxes", "/sandboxes", f"/sandboxes/{sandbox.sandbox_id}"):
+            response = httpx.get(sdk["api_url"] + path, headers=headers)
+            assert response.status_code == 200
+            assert secret not in response.text
+    finally:
+        sandbox.kill()
+
+    refused = httpx.post(
+        sdk["api_url"] + "/sandboxes",
+        headers=headers,
+        json={"templateID": "base", "envVars": {"1X": "v"}},
+    )
+    assert refused.status_code == 400
+    assert refused.json() == {
+        "code": 400,
+        "message": "envVars: '1X' is not a variable name (letters, digits and _, "
+        "not starting with a digit)",
+    }

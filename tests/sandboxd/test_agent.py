@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import stat
 from datetime import timedelta
 
 import pytest
@@ -156,6 +157,15 @@ def test_set_pools_replaces_every_target_and_drains_the_rest(agent: Agent) -> No
         (ClaimRequest(template="base", metadata={str(i): "v" for i in range(17)}), BadRequest),
         (ClaimRequest(template="base", metadata={"k": "v" * 5000}), BadRequest),
         (ClaimRequest(template="base", claim_ref="no-namespace"), BadRequest),
+        (ClaimRequest(template="base", env={"1X": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"A-B": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"A=B": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"NAÏVE": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"A\n": "v"}), BadRequest),
+        (ClaimRequest(template="base", env={"A": "x\0y"}), BadRequest),
+        (ClaimRequest(template="base", env={f"V{i}": "" for i in range(257)}), BadRequest),
+        (ClaimRequest(template="base", env={"A": "v" * (64 << 10)}), BadRequest),
     ],
 )
 def test_bad_claims_change_nothing(agent: Agent, request_: ClaimRequest, error: type) -> None:
@@ -227,3 +237,90 @@ def test_a_claim_ref_needs_a_namespace_and_a_name(agent: Agent) -> None:
     for ref in ("/", "a/", "/b", "a/b/c"):
         with pytest.raises(BadRequest):
             agent.claim(ClaimRequest(template="base", claim_ref=ref))
+
+
+def test_a_claims_env_is_kept_with_the_claim_and_across_a_restart(make_agent) -> None:  # type: ignore[no-untyped-def]
+    env = {"FOO": "bar", "_x1": "with spaces = and 'quotes'", "EMPTY": ""}
+    first: Agent = make_agent(pools={BASE: 1})
+    first.refill_once()
+    warm_id = first._warm[BASE][0]
+    assert first._records[warm_id].env == {}
+
+    record = first.claim(ClaimRequest(template="base", env=env))
+    assert record.id == warm_id  # a warm sandbox, started before its claim, gets it too
+    assert first.spec(record).env == env
+    plain = first.claim(ClaimRequest(template="base"))
+    assert first.spec(plain).env == {}
+
+    first.stop()
+    second: Agent = make_agent(pools={})
+    assert set(second.adopt().adopted) == {record.id, plain.id}
+    assert second.get(record.id).env == env
+    assert second.spec(second.get(record.id)).env == env
+    assert second.get(plain.id).env == {}
+
+
+def test_env_at_the_limits_is_accepted(agent: Agent) -> None:
+    many = {f"V{i}": "" for i in range(256)}
+    assert agent.claim(ClaimRequest(template="base", env=many)).env == many
+    big = {"A": "v" * ((64 << 10) - 1)}
+    assert agent.claim(ClaimRequest(template="base", env=big)).env == big
+
+
+def test_a_bad_env_value_is_never_echoed(agent: Agent) -> None:
+    with pytest.raises(BadRequest) as refused:
+        agent.claim(ClaimRequest(template="base", env={"TOKEN": "hunter2\0"}))
+    assert str(refused.value) == "env.TOKEN: the value contains a NUL byte"
+
+
+# The table as agents before claim env created it.
+_OLD_SCHEMA = """
+CREATE TABLE sandboxes (
+    id TEXT PRIMARY KEY, token TEXT NOT NULL, template TEXT NOT NULL, net TEXT NOT NULL,
+    size TEXT NOT NULL, uid INTEGER NOT NULL, pid INTEGER NOT NULL,
+    start_time INTEGER NOT NULL, pid_namespace INTEGER NOT NULL, claimed INTEGER NOT NULL,
+    claim_ref TEXT NOT NULL, metadata TEXT NOT NULL, ttl_seconds INTEGER NOT NULL,
+    deadline REAL, claimed_at REAL, on_expire TEXT NOT NULL, hibernated INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+
+def test_a_state_database_from_before_claim_env_is_adopted(make_agent, state_dir) -> None:  # type: ignore[no-untyped-def]
+    first: Agent = make_agent(pools={})
+    kept = first.claim(ClaimRequest(template="base", claim_ref="t/a", metadata={"k": "v"}))
+    first.stop()
+    # Rewrite the database as an older agent would have left it: no env column, 0644.
+    path = state_dir / "sandboxd.sqlite"
+    db = sqlite3.connect(path)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(sandboxes)") if row[1] != "env"]
+    rows = db.execute(f"SELECT {','.join(columns)} FROM sandboxes").fetchall()
+    db.execute("DROP TABLE sandboxes")
+    db.executescript(_OLD_SCHEMA)
+    marks = ",".join("?" * len(columns))
+    db.executemany(f"INSERT INTO sandboxes ({','.join(columns)}) VALUES ({marks})", rows)
+    db.commit()
+    db.close()
+    path.chmod(0o644)
+
+    second: Agent = make_agent(pools={})
+    assert second.adopt().adopted == (kept.id,)
+    again = second.get(kept.id)
+    assert (again.token, again.metadata, again.env) == (kept.token, {"k": "v"}, {})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # The new column is written and read like any other.
+    claimed = second.claim(ClaimRequest(template="base", env={"FOO": "bar"}))
+    second.stop()
+    third: Agent = make_agent(pools={})
+    third.adopt()
+    assert third.get(claimed.id).env == {"FOO": "bar"}
+
+
+def test_the_state_database_is_readable_by_its_owner_only(agent: Agent, state_dir) -> None:  # type: ignore[no-untyped-def]
+    # It holds every token and env; a base-template sandbox sees the host's files.
+    agent.claim(ClaimRequest(template="base", env={"SECRET": "s"}))
+    files = sorted(state_dir.glob("sandboxd.sqlite*"))
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in files}
+    assert modes == {
+        name: 0o600 for name in ("sandboxd.sqlite", "sandboxd.sqlite-shm", "sandboxd.sqlite-wal")
+    }

@@ -79,6 +79,22 @@ def test_claim_list_get_release(client: SandboxdClient) -> None:
     assert gone.value.status == 404
 
 
+def test_a_claims_env_is_stored_and_never_listed(
+    agent: Agent, address: str, client: SandboxdClient
+) -> None:
+    secret = "s3cr3t-" + "x" * 20
+    claimed = client.claim("base", claim_ref="team/a", env={"API_KEY": secret, "FOO": "bar"})
+
+    assert agent.get(claimed["id"]).env == {"API_KEY": secret, "FOO": "bar"}
+    for path in ("/v1/sandboxes", f"/v1/sandboxes/{claimed['id']}", "/v1/info", "/metrics"):
+        response = httpx.get(f"http://{address}{path}", headers={"Authorization": f"Bearer {ROOT}"})
+        assert response.status_code == 200
+        assert secret not in response.text
+        assert "API_KEY" not in response.text
+    assert "env" not in client.get(claimed["id"])
+    assert ["env" in row for row in client.sandboxes()] == [False]
+
+
 def test_renew_hibernate_and_wake_with_the_sandbox_token(
     address: str, client: SandboxdClient
 ) -> None:
@@ -134,6 +150,28 @@ def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: Sandb
             "16 pairs",
         ),
         (b'{"template": "base", "x": "' + b"a" * (2 << 20) + b'"}', 413, "over 1048576 bytes"),
+        (
+            json.dumps({"template": "base", "env": {"1X": "v"}}).encode(),
+            400,
+            "env: '1X' is not a variable name",
+        ),
+        (
+            json.dumps({"template": "base", "env": {"A": "x\0y"}}).encode(),
+            400,
+            "env.A: the value contains a NUL byte",
+        ),
+        (json.dumps({"template": "base", "env": {"A": 1}}).encode(), 400, "env.A: Input should"),
+        (json.dumps({"template": "base", "env": ["A=1"]}).encode(), 400, "env: Input should"),
+        (
+            json.dumps({"template": "base", "env": {f"V{i}": "" for i in range(257)}}).encode(),
+            400,
+            "env: at most 256 variables",
+        ),
+        (
+            json.dumps({"template": "base", "env": {"A": "v" * (64 << 10)}}).encode(),
+            400,
+            "env: at most 65536 bytes",
+        ),
     ],
 )
 def test_bad_claims_get_a_json_error_and_change_nothing(

@@ -13,6 +13,7 @@ import pytest
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.client import SandboxdClient
+from tests.envd.wire import Envd
 from tests.sandboxd.servers import agent_process, free_port, wait_until, write_token
 
 TOKEN = "crash-test-root-token"
@@ -61,6 +62,27 @@ def test_kill_9_and_restart_keeps_every_sandbox(state_dir: Path, uid_base: int) 
         after = {row["id"]: client.get(row["id"]) for row in client.sandboxes()}
         assert after == before
         wait_until(lambda: client.info()["pools"][0]["warm"] == 1, what="the warm pool")
+
+
+def test_a_claims_env_survives_kill_9_and_reaches_commands(state_dir: Path, uid_base: int) -> None:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    args = _args(state_dir, port, uid_base)
+    env = {"FOO": "bar baz", "SECRET": "s3cr3t"}
+    with agent_process(args, address) as agent:
+        with SandboxdClient(address, TOKEN) as client:
+            claimed = client.claim("base", env=env)
+        envd = Envd(address, claimed["id"], TOKEN)
+        assert envd.run('echo "$FOO|$SECRET"')["stdout"] == "bar baz|s3cr3t\n"
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+
+    with agent_process(args, address), SandboxdClient(address, TOKEN) as client:
+        assert [row["id"] for row in client.sandboxes()] == [claimed["id"]]
+        assert envd.run('echo "$FOO|$SECRET"')["stdout"] == "bar baz|s3cr3t\n"
+        # a sandbox of the warm pool, claimed without env, gets none
+        other = Envd(address, client.claim("base")["id"], TOKEN)
+        assert other.run('echo "$FOO|$SECRET"')["stdout"] == "|\n"
 
 
 def test_sigterm_leaves_sandboxes_running_unless_destroy_on_exit(

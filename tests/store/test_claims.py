@@ -191,3 +191,15 @@ def test_verbs_route_to_the_owning_node(nodes: dict[str, Node], make_store: Make
     assert deadline > (assignment.deadline or "")
     owner = nodes[assignment.node].agent
     assert owner.get(assignment.claim_id).ttl_seconds == 600
+
+
+def test_a_claims_env_reaches_the_owning_node(
+    nodes: dict[str, Node], make_store: MakeStore
+) -> None:
+    store, _ = make_store()
+    with_env = store.claim("default", "x", PoolKey("base"), env={"FOO": "bar"})
+    nodes[with_env.node].agent.refill_once()
+    without = store.claim("default", "y", PoolKey("base"))
+
+    assert nodes[with_env.node].agent.get(with_env.claim_id).env == {"FOO": "bar"}
+    assert nodes[without.node].agent.get(without.claim_id).env == {}

@@ -39,6 +39,7 @@ from sandboxctl.apiserver.e2b.paging import (
     parse_states,
     parse_time,
 )
+from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.placement import NoWarmCapacity
@@ -153,7 +154,14 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
             raise E2bError(400, "templateID: required, a template id or alias")
         timeout = _int(body, "timeout", 1, MAX_TIMEOUT, config.default_timeout)
         metadata = _str_map(body, "metadata")
-        _str_map(body, "envVars")  # validated; not stored anywhere (no envd yet)
+        # Stored with the claim by the owning agent and set by envd for every command;
+        # never listed, since values may be secrets. Checked here too, so a bad name is
+        # a 400 even when no node has room.
+        env_vars = _str_map(body, "envVars")
+        try:
+            check_env(env_vars, "envVars")
+        except InvalidValueError as error:
+            raise E2bError(400, str(error)) from None
         internet = _bool(body, "allow_internet_access", False)
         auto_pause = _bool(body, "autoPause", False)
         _refuse_unsupported(body, internet, auto_pause)
@@ -170,6 +178,7 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
             timeout,
             metadata,
             "pause" if auto_pause else "destroy",
+            env=env_vars,
         )
         ids.remember(granted.claim_id)
         reply = sandbox_body(
@@ -417,10 +426,10 @@ def _sandbox_from_row(config: E2bConfig, located: Located, row: dict[str, Any]) 
 # --- errors ------------------------------------------------------------------------------
 
 
-async def _call(fn: Callable[..., T], *args: Any) -> T:
+async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking store call on the thread pool; its errors become e2b errors."""
     try:
-        return await run_in_threadpool(fn, *args)
+        return await run_in_threadpool(fn, *args, **kwargs)
     except E2bError:
         raise
     except Exception as error:
