@@ -1,9 +1,9 @@
 """The ``process.Process`` service: commands inside a sandbox, their output as events.
 
-Each sandbox has a table of its running processes, keyed by the host pid of the command
-that entered the sandbox. A process's output goes to every stream attached to it (the
-``Start`` that made it and any ``Connect``); output sent while no stream listens is lost,
-as upstream.
+Each sandbox has a table of its running processes, keyed by each command's pid inside
+the sandbox (what ``ps`` and ``$$`` show there). A process's output goes to every stream
+attached to it (the ``Start`` that made it and any ``Connect``); output sent while no
+stream listens is lost, as upstream.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ Event = dict[str, Any]
 
 @dataclass(eq=False)
 class Proc:
-    pid: int
+    pid: int  # inside the sandbox; ``process`` is what was spawned on the host
     config: dict[str, Any]
     tag: str | None
     process: asyncio.subprocess.Process
@@ -97,7 +97,8 @@ class ProcessService:
         process = await target.spawn(argv, env={**target.env, **envs}, stdin=stdin)
         shown = {"cmd": cmd, "args": args, "envs": envs, "cwd": cwd}
         tag = get(request, "tag")
-        proc = Proc(process.pid, shown, str(tag) if tag is not None else None, process, target)
+        pid = await target.entered(process)
+        proc = Proc(pid, shown, str(tag) if tag is not None else None, process, target)
         queue = proc.listen()
         self._table(target)[proc.pid] = proc
         task = asyncio.get_running_loop().create_task(self._pump(proc))
@@ -196,7 +197,7 @@ class ProcessService:
         name = get(request, "signal")
         if name not in SIGNALS:
             raise ConnectError("invalid_argument", f"unsupported signal {name!r}")
-        await asyncio.to_thread(target.signal, proc.pid, SIGNALS[name])
+        await asyncio.to_thread(target.signal, proc.process.pid, SIGNALS[name])
         return {}
 
     async def send_input(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:

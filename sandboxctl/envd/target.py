@@ -15,6 +15,10 @@ from sandboxctl.sandboxd import bubblewrap
 from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
 
 HOME = bubblewrap.SANDBOX_HOME
+# How long a command may take to appear inside a (loaded) sandbox before the pid of the
+# process spawned on the host is reported in place of its own.
+ENTER_SECONDS = 5.0
+ENTER_POLL_SECONDS = 0.001
 _TASKS: set[asyncio.Task[None]] = set()
 
 
@@ -51,6 +55,23 @@ class Target:
             env=bubblewrap.sandbox_env(env),
             start_new_session=True,
         )
+
+    async def entered(self, process: asyncio.subprocess.Process) -> int:
+        """The pid, inside the sandbox, of a command ``spawn`` started, once it is there:
+        the pid ``ps`` and ``$$`` show in the sandbox. Until then a signal would find
+        nothing to signal. A command that ends before it is seen, and a runtime without
+        pid namespaces, give the pid of the process spawned on the host."""
+        entered_pid = getattr(self.runtime, "entered_pid", None)
+        if entered_pid is None:
+            return process.pid
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ENTER_SECONDS
+        while process.returncode is None and loop.time() < deadline:
+            pid: int | None = entered_pid(self.identity, process.pid)
+            if pid is not None:
+                return pid
+            await asyncio.sleep(ENTER_POLL_SECONDS)
+        return process.pid
 
     async def run(
         self, argv: Sequence[str], stdin: bytes | None = None

@@ -592,6 +592,17 @@ class BubblewrapRuntime:
         return join_command([], limited, guard=guard)
 
     @staticmethod
+    def entered_pid(identity: Identity, leader: int) -> int | None:
+        """The pid, inside the sandbox, of the command ``enter_command`` started as
+        ``leader`` (nsenter forks it into the sandbox's pid namespace; before that the
+        leader's shell forks for its guard, outside); None until it is there, and once
+        it has been reaped."""
+        for child in procfs.children(leader):
+            if procfs.pid_namespace(child) == identity.pid_namespace:
+                return procfs.innermost_pid(child)
+        return None
+
+    @staticmethod
     def signal_entered(pgid: int, sig: int) -> None:
         """Signal a command started from ``enter_command`` in a session of its own
         (``pgid`` is the pid the caller spawned): every process of its group except the

@@ -68,6 +68,27 @@ def matches(identity: Identity) -> bool:
     return pid_namespace(identity.pid) == identity.pid_namespace
 
 
+def children(pid: int) -> list[int]:
+    """The children of ``pid``'s main thread (zombies included until reaped)."""
+    try:
+        text = (PROC / str(pid) / "task" / str(pid) / "children").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return [int(child) for child in text.split()]
+
+
+def innermost_pid(pid: int) -> int | None:
+    """``pid`` as its own pid namespace numbers it (the last ``NSpid`` field)."""
+    try:
+        status = (PROC / str(pid) / "status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    return None
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir(PROC) if name.isdigit()]
 

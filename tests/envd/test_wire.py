@@ -13,7 +13,7 @@ import httpx
 
 from sandboxctl.envd import ENVD_VERSION
 from tests.envd.conftest import ROOT, Host
-from tests.envd.wire import STREAM, Envd, chunked
+from tests.envd.wire import STREAM, Envd, chunked, envelope, envelopes
 
 
 def test_version_is_semver() -> None:
@@ -159,6 +159,31 @@ def test_background_list_connect_kill(shared: Envd) -> None:
     )
     assert gone.status_code == 404
     assert gone.json()["code"] == "not_found"
+
+
+def test_the_start_pid_is_the_commands_own_and_a_kill_right_after_start_lands(
+    shared: Envd,
+) -> None:
+    ran = shared.run("echo $$; sleep 0.3")
+    assert ran["stdout"] == f"{ran['pid']}\n"  # the pid inside the sandbox, as $$ says
+
+    # The SDK kills as soon as it has the start event: the command must be there by then.
+    message = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}}
+    headers = shared.headers(**{"content-type": STREAM, "connect-timeout-ms": "30000"})
+    url = f"{shared.base}/process.Process/Start"
+    with httpx.stream("POST", url, content=envelope(message), headers=headers, timeout=20) as reply:
+        received = b""
+        chunks = reply.iter_raw()
+        while len(received) < 5 or len(received) < 5 + int.from_bytes(received[1:5], "big"):
+            received += next(chunks)
+        pid = envelopes(received)[0][1]["event"]["start"]["pid"]
+        killed = shared.rpc(
+            "process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}
+        )
+        assert killed.json() == {}
+        received += b"".join(chunks)  # ends within the read timeout only if it was killed
+    end = envelopes(received)[-2][1]["event"]["end"]
+    assert end["status"] == "signal: killed"
 
 
 def test_stdin(shared: Envd) -> None:
