@@ -1,36 +1,53 @@
-"""The unmodified e2b SDK (2.63.0) against envd, through a test-only forwarding shim."""
+"""The unmodified e2b SDK (2.63.0) through ``sandboxctl serve``, a real process: the SDK
+configured by the fleet's ``e2b.env`` alone, its envd calls through the envd proxy to the
+host agent's envd, on real bubblewrap sandboxes."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from e2b import CommandExitException, FileType, Sandbox, TimeoutException
 from e2b.exceptions import FileNotFoundException, InvalidArgumentException
 
-from tests.envd.conftest import Host
-from tests.envd.shim import Shim, shim_serving
+from tests.proxy.sdk_stack import create_sandbox
 from tests.sandboxd.servers import wait_until
+from tests.serve.fleet import free_ports, skip_reason, start_fleet, stop_fleets
 
-API_KEY = "e2b_" + "0" * 40
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
-
-@pytest.fixture(scope="module")
-def shim(host: Host) -> Iterator[tuple[Shim, str]]:
-    shim = Shim(host.address)
-    with shim_serving(shim) as url:
-        yield shim, url
+UID_BASE = 2_600_000 + (os.getpid() % 1000) * 20  # clear of the uid_base fixture's blocks
 
 
 @pytest.fixture(scope="module")
-def sbx(host: Host, shim: tuple[Shim, str]) -> Sandbox:
-    bridge, url = shim
-    envd = host.claim()
-    bridge.tokens[envd.sandbox_id] = envd.token
-    return Sandbox.connect(envd.sandbox_id, api_key=API_KEY, api_url=url, sandbox_url=url)
+def sdk() -> Iterator[dict[str, Any]]:
+    state = Path(tempfile.mkdtemp(prefix="sandboxctl-serve-sdk-", dir="/tmp"))
+    state.chmod(0o711)
+    fleet = start_fleet(state / "fleet", free_ports(), UID_BASE, "--pool", "base=2")
+    try:
+        env = fleet.e2b_env
+        yield {
+            "api_key": env["E2B_API_KEY"],
+            "api_url": env["E2B_API_URL"],
+            "sandbox_url": env["E2B_SANDBOX_URL"],
+        }
+    finally:
+        stop_fleets([fleet])
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sbx(sdk: dict[str, Any]) -> Iterator[Sandbox]:
+    sandbox = create_sandbox(sdk)
+    yield sandbox
+    sandbox.kill()
 
 
 def test_run(sbx: Sandbox) -> None:
@@ -140,3 +157,42 @@ def test_watch_dir(sbx: Sandbox) -> None:
         watcher.stop()
     with pytest.raises(FileNotFoundException):
         sbx.files.watch_dir("/home/user/nope")
+
+
+def test_a_sandbox_sees_only_its_own_processes_and_cannot_write_the_system(
+    sdk: dict[str, Any], sbx: Sandbox
+) -> None:
+    other = create_sandbox(sdk)
+    try:
+        # A process with a name no sandbox runs otherwise (a sandbox's init may be sleep).
+        other.commands.run(
+            "cp /bin/sleep /tmp/othersleep && exec /tmp/othersleep 300", background=True
+        )
+        wait_until(
+            lambda: "othersleep" in other.commands.run("ps -e -o comm=").stdout,
+            what="the other sandbox's process",
+        )
+        ps = sbx.commands.run("ps -e -o user=,comm=")
+        lines = [line.split() for line in ps.stdout.splitlines()]
+        assert lines, ps.stdout
+        assert {user for user, _ in lines} == {"user"}  # no host or other sandbox process
+        assert "othersleep" not in {comm for _, comm in lines}
+        with pytest.raises(CommandExitException) as refused:
+            sbx.commands.run("echo x > /usr/sandboxctl-sdk-test")
+        assert "Read-only file system" in refused.value.stderr
+        assert not os.path.exists("/usr/sandboxctl-sdk-test")
+    finally:
+        other.kill()
+
+
+def test_a_commands_pid_is_its_pid_inside_the_sandbox(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("echo $$; sleep 30", background=True)
+    try:
+        shown = sbx.commands.run(f"ps -o comm= -p {handle.pid}").stdout.split()
+        assert shown == ["sleep"]  # bash exec'd its last command in place
+        assert handle.pid in [p.pid for p in sbx.commands.list()]
+    finally:
+        assert sbx.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException) as ended:
+        handle.wait()
+    assert ended.value.stdout == f"{handle.pid}\n"

@@ -1,0 +1,149 @@
+"""``sandboxctl serve`` as a real process on free loopback ports, for the tests that drive
+a whole one-host fleet (tests/serve)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tests.sandboxd.servers import free_port, wait_until
+
+READY_TIMEOUT = 90.0
+STOP_TIMEOUT = 30.0
+UID_SPAN = 20  # the uids one fleet may give its sandboxes
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "sandboxctl serve runs real sandboxes: it needs root"
+    missing = [t for t in ("bwrap", "setpriv", "nsenter") if shutil.which(t) is None]
+    if missing:
+        return f"sandboxctl serve runs real sandboxes: missing {', '.join(missing)}"
+    return None
+
+
+@dataclass
+class Fleet:
+    state_dir: Path
+    ports: dict[str, int]
+    uid_base: int
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    @property
+    def e2b_env(self) -> dict[str, str]:
+        """``E2B_API_KEY``, ``E2B_API_URL`` and ``E2B_SANDBOX_URL`` from ``DIR/e2b.env``."""
+        text = (self.state_dir / "e2b.env").read_text()
+        return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"serve did not stop within {STOP_TIMEOUT}s:\n{self.output()}"
+            ) from None
+
+
+def free_ports() -> dict[str, int]:
+    return {name: free_port() for name in ("e2b", "proxy", "kube", "sandboxd")}
+
+
+def serve_command(state_dir: Path, ports: dict[str, int], uid_base: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sandboxctl",
+        "serve",
+        "--state-dir",
+        str(state_dir),
+        "--host",
+        "127.0.0.1",
+        "--e2b-port",
+        str(ports["e2b"]),
+        "--proxy-port",
+        str(ports["proxy"]),
+        "--kube-port",
+        str(ports["kube"]),
+        "--sandboxd-port",
+        str(ports["sandboxd"]),
+        "--pool",
+        "base=1",
+        "--uid-base",
+        str(uid_base),
+    ]
+
+
+def start_fleet(state_dir: Path, ports: dict[str, int], uid_base: int, *extra: str) -> Fleet:
+    """Start ``sandboxctl serve`` and wait for its ``ready:`` line (the caller stops it)."""
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (the Fleet's to close)
+    command = [*serve_command(state_dir, ports, uid_base), *extra]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    fleet = Fleet(state_dir, ports, uid_base, process, log)
+
+    def ready() -> bool:
+        return process.poll() is not None or any(
+            line.startswith("ready: ") for line in fleet.output().splitlines()
+        )
+
+    try:
+        wait_until(ready, timeout=READY_TIMEOUT, interval=0.1, what="the ready line")
+    except AssertionError:
+        stop_fleets([fleet])
+        raise
+    if process.poll() is not None:
+        output = fleet.output()
+        log.close()
+        raise AssertionError(f"serve exited with {process.returncode}:\n{output}")
+    return fleet
+
+
+def stop_fleets(fleets: list[Fleet]) -> None:
+    """SIGTERM each fleet still running (serve destroys its sandboxes; SIGKILL would not),
+    then kill what a failed test may have left in their uid blocks."""
+    try:
+        for fleet in fleets:
+            if fleet.process.poll() is None:
+                fleet.stop()
+    finally:
+        for fleet in fleets:
+            fleet.log.close()
+            for pid in sandbox_uids(fleet.uid_base):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def sandbox_uids(uid_base: int) -> dict[int, int]:
+    """pid -> real uid of every live process (zombies are not) in the sandbox uid block."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uid = int(fields["Uid"].split()[0])
+        if uid_base <= uid < uid_base + UID_SPAN and not fields["State"].strip().startswith("Z"):
+            found[int(entry.name)] = uid
+    return found
