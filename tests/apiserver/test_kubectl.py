@@ -31,7 +31,7 @@ from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import Lines, serving
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
 TOKEN = "fleet-root-token"
@@ -42,12 +42,7 @@ NODES = ("node-a", "node-b")
 def _skip_reason() -> str | None:
     if not KUBECTL.exists():
         return "needs the pinned kubectl in .tools/bin (make kubectl)"
-    if os.geteuid() != 0:
-        return "real sandboxes run as root"
-    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
-    if missing:
-        return f"missing {', '.join(missing)} (make test installs bubblewrap)"
-    return None
+    return sandboxes_unavailable()
 
 
 pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))

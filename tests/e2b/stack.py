@@ -26,7 +26,7 @@ from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
 
 TOKEN = "fleet-root-token"
 KEY_A = "e2b_" + "a" * 40  # namespace default
@@ -38,15 +38,6 @@ NODES = ("node-a", "node-b")
 WARM = 4
 # A uid block of its own per session (the shared uid_base fixture counts per test).
 UID_BASE = 350_000 + (os.getpid() % 1000) * 60
-
-
-def real_stack_skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "real sandboxes run as root"
-    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
-    if missing:
-        return f"missing {', '.join(missing)} (make test installs bubblewrap)"
-    return None
 
 
 @dataclass
@@ -67,7 +58,7 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
-    reason = real_stack_skip_reason()
+    reason = sandboxes_unavailable()
     if reason:
         pytest.skip(reason)
     with ExitStack() as stack:

@@ -21,8 +21,7 @@ from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from tests.apiserver.helpers import serving
 from tests.cli.conftest import Run
-from tests.e2b.stack import real_stack_skip_reason
-from tests.sandboxd.servers import free_port, wait_until, write_token
+from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until, write_token
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -126,7 +125,7 @@ def test_serve_apiserver_reports_a_bad_alias_file(run: Run, tmp_path: Path) -> N
     assert f"{aliases}:2: duplicate alias 'base'" in result.err
 
 
-@pytest.mark.skipif(real_stack_skip_reason() is not None, reason=str(real_stack_skip_reason()))
+@pytest.mark.skipif(sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable()))
 def test_serve_apiserver_serves_e2b_beside_the_kube_api(state_dir: Path, tmp_path: Path) -> None:
     agent = Agent(AgentSettings("n1", "127.0.0.1:1", state_dir), BubblewrapRuntime())
     token = write_token(tmp_path / "token", "root-token")

@@ -13,18 +13,11 @@ import pytest
 
 from sandboxctl.sandboxd.agent import Agent, AgentSettings, ClaimRequest
 from tests.envd.wire import Envd
-from tests.sandboxd.servers import serving
+from tests.sandboxd.servers import sandboxes_unavailable, serving
 
 ROOT = "envd-root-token"
 # A uid block of its own per session, away from the other test packages' blocks.
 UID_BASE = 1_500_000 + (os.getpid() % 1000) * 40
-
-
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "real sandboxes run as root"
-    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
-    return f"missing {', '.join(missing)}" if missing else None
 
 
 @dataclass
@@ -39,7 +32,7 @@ class Host:
 
 @pytest.fixture(scope="session")
 def host() -> Iterator[Host]:
-    reason = _skip_reason()
+    reason = sandboxes_unavailable()
     if reason:
         pytest.skip(reason)
     state = Path(tempfile.mkdtemp(prefix="sandboxctl-envd-", dir="/tmp"))

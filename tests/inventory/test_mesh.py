@@ -8,7 +8,6 @@ only through ManualClocks and ``poll_once()``: no test sleeps to let time pass.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import socket
 import tempfile
@@ -33,7 +32,7 @@ from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.client import SandboxdClient
 from tests.sandboxd.conftest import BASE, T0
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
 
 ROOT = "mesh-root-token-for-tests"
 POLL = timedelta(seconds=30)  # long: the background thread never ticks during a test
@@ -41,17 +40,8 @@ RULE = FreshnessRule(stale_after=timedelta(seconds=90), publish_interval=POLL)
 LOGGER = "sandboxctl.inventory.mesh"
 
 
-def _missing_for_sandboxes() -> str | None:
-    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
-    if os.geteuid() != 0:
-        return "sandbox tests run as root"
-    if missing:
-        return f"missing {', '.join(missing)} (make test installs bubblewrap)"
-    return None
-
-
 needs_sandboxes = pytest.mark.skipif(
-    _missing_for_sandboxes() is not None, reason=_missing_for_sandboxes() or ""
+    sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
 )
 
 

@@ -24,8 +24,7 @@ from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
-from tests.e2b.stack import real_stack_skip_reason
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
 
 TOKEN = "fleet-root-token"
 DOMAIN = "sandboxes.test"
@@ -34,7 +33,7 @@ DOMAIN = "sandboxes.test"
 def skip_reason() -> str | None:
     if importlib.util.find_spec("e2b") is None:
         return "the e2b SDK is not installed"
-    return real_stack_skip_reason()
+    return sandboxes_unavailable()
 
 
 @contextmanager

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +9,7 @@ import pytest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
+from tests.sandboxd.servers import sandboxes_unavailable
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 BASE = PoolKey("base")
@@ -18,12 +17,7 @@ BASE = PoolKey("base")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Real sandboxes need root (uids, cgroups) and bubblewrap; say so instead of failing.
-    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
-    reason = None
-    if os.geteuid() != 0:
-        reason = "sandbox tests run as root"
-    elif missing:
-        reason = f"missing {', '.join(missing)} (make test installs bubblewrap)"
+    reason = sandboxes_unavailable()
     if reason is None:
         return
     for item in items:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,16 @@ import uvicorn
 
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.api import create_app
+
+
+def sandboxes_unavailable() -> str | None:
+    """Why real sandboxes cannot run here (they need root and bubblewrap), or None."""
+    if os.geteuid() != 0:
+        return "real sandboxes run as root"
+    missing = [tool for tool in ("bwrap", "setpriv", "nsenter") if shutil.which(tool) is None]
+    if missing:
+        return f"missing {', '.join(missing)} (make test installs bubblewrap)"
+    return None
 
 
 def free_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,15 +18,6 @@ from tests.sandboxd.servers import free_port, wait_until
 READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
 UID_SPAN = 20  # the uids one fleet may give its sandboxes
-
-
-def skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "sandboxctl serve runs real sandboxes: it needs root"
-    missing = [t for t in ("bwrap", "setpriv", "nsenter") if shutil.which(t) is None]
-    if missing:
-        return f"sandboxctl serve runs real sandboxes: missing {', '.join(missing)}"
-    return None
 
 
 @dataclass

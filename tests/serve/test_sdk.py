@@ -18,10 +18,12 @@ from e2b import CommandExitException, FileType, Sandbox, TimeoutException
 from e2b.exceptions import FileNotFoundException, InvalidArgumentException
 
 from tests.proxy.sdk_stack import create_sandbox
-from tests.sandboxd.servers import wait_until
-from tests.serve.fleet import free_ports, skip_reason, start_fleet, stop_fleets
+from tests.sandboxd.servers import sandboxes_unavailable, wait_until
+from tests.serve.fleet import free_ports, start_fleet, stop_fleets
 
-pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+pytestmark = pytest.mark.skipif(
+    sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
+)
 
 UID_BASE = 2_600_000 + (os.getpid() % 1000) * 20  # clear of the uid_base fixture's blocks
 

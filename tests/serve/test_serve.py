@@ -14,18 +14,19 @@ import httpx
 import pytest
 import yaml
 
-from tests.sandboxd.servers import wait_until
+from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 from tests.serve.fleet import (
     Fleet,
     free_ports,
     sandbox_uids,
     serve_command,
-    skip_reason,
     start_fleet,
     stop_fleets,
 )
 
-pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
+pytestmark = pytest.mark.skipif(
+    sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
+)
 
 ONE_LINER = "from e2b import Sandbox; s = Sandbox.create(); print(s.sandbox_id); s.kill()"
 
