@@ -135,6 +135,8 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
                 answer = await processes.send_input(target, message)
             elif method == "CloseStdin":
                 answer = await processes.close_stdin(target, message)
+            elif method == "Update":
+                answer = await processes.update(target, message)
             else:
                 raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
         elif service == "filesystem.Filesystem" and method == "CreateWatcher":

@@ -12,8 +12,12 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import fcntl
 import logging
+import os
 import signal as signals
+import struct
+import termios
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -36,6 +40,15 @@ SIGNALS = {
     15: signals.SIGTERM,
 }
 Event = dict[str, Any]
+DEFAULT_PTY_SIZE = (24, 80)  # rows, cols
+# cd inside the sandbox, so a missing cwd is the command's own error. With a pty the
+# command gets a session of its own with the pty as its controlling terminal (setsid -c,
+# where the sandbox has it), so that Ctrl-C and a resize reach its foreground job.
+SHELL = 'cd -- "$1" && shift && exec "$@"'
+TERMINAL_SHELL = (
+    'cd -- "$1" && shift && '
+    'if command -v setsid >/dev/null 2>&1; then exec setsid -c "$@"; fi; exec "$@"'
+)
 
 
 @dataclass(eq=False)
@@ -45,6 +58,8 @@ class Proc:
     tag: str | None
     process: asyncio.subprocess.Process
     target: Target
+    terminal: int | None = None  # the pty's controller fd: the command's input and output
+    session: int | None = None  # with a pty: the command's host pid, its own session
     listeners: set[asyncio.Queue[Event]] = field(default_factory=set)
     end: Event | None = None
 
@@ -84,21 +99,37 @@ class ProcessService:
         config = get(request, "process") or {}
         if not isinstance(config, dict) or not config.get("cmd"):
             raise ConnectError("invalid_argument", "process.cmd is required")
-        if get(request, "pty") is not None:
-            raise ConnectError("unimplemented", "pty is not supported")
         cmd = str(config["cmd"])
         args = [str(a) for a in config.get("args") or []]
         envs = {str(k): str(v) for k, v in (config.get("envs") or {}).items()}
         cwd = sandbox_path(config.get("cwd"), HOME)
         stdin = bool(get(request, "stdin", False))
-        # cd inside the sandbox, so a missing cwd is the command's own error
-        argv = ["/bin/sh", "-c", 'cd -- "$1" && shift && exec "$@"', "sh", cwd, cmd, *args]
+        pty = get(request, "pty")
+        size = _pty_size(pty) if pty is not None else None
+        shell = SHELL if size is None else TERMINAL_SHELL
+        argv = ["/bin/sh", "-c", shell, "sh", cwd, cmd, *args]
         # The sandbox's env from its claim, under the request's own (as upstream envd)
-        process = await target.spawn(argv, env={**target.env, **envs}, stdin=stdin)
+        env = {**target.env, **envs}
+        terminal = None
+        if size is None:
+            process = await target.spawn(argv, env=env, stdin=stdin)
+        else:
+            terminal, follower = os.openpty()
+            try:
+                _set_size(terminal, size)
+                os.set_blocking(terminal, False)
+                process = await target.spawn(argv, env=env, terminal=follower)
+            except BaseException:
+                os.close(terminal)
+                raise
+            finally:
+                os.close(follower)  # the command holds it: its exit ends the output
         shown = {"cmd": cmd, "args": args, "envs": envs, "cwd": cwd}
         tag = get(request, "tag")
-        pid = await target.entered(process)
+        host_pid, pid = await target.entered(process)
         proc = Proc(pid, shown, str(tag) if tag is not None else None, process, target)
+        if terminal is not None:
+            proc.terminal, proc.session = terminal, host_pid
         queue = proc.listen()
         self._table(target)[proc.pid] = proc
         task = asyncio.get_running_loop().create_task(self._pump(proc))
@@ -127,7 +158,7 @@ class ProcessService:
                     wait = min(wait, deadline - time.monotonic())
                     if wait <= 0:
                         if kill_on_deadline:
-                            await proc.target.kill(proc.process)
+                            await proc.target.kill(proc.process, proc.session)
                         yield end_of_stream(
                             ConnectError("deadline_exceeded", "the command timed out")
                         )
@@ -147,15 +178,18 @@ class ProcessService:
             # the client may give up at its deadline a moment before we notice ours
             near = deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK
             if kill_on_deadline and near:
-                proc.target.kill_soon(proc.process)
+                proc.target.kill_soon(proc.process, proc.session)
 
     async def _pump(self, proc: Proc) -> None:
         """Publish the command's output, then its end; forget it once it has ended."""
         process = proc.process
-        readers = [
-            asyncio.create_task(self._read(proc, process.stdout, "stdout")),
-            asyncio.create_task(self._read(proc, process.stderr, "stderr")),
-        ]
+        if proc.terminal is not None:
+            readers = [asyncio.create_task(self._read_terminal(proc, proc.terminal))]
+        else:
+            readers = [
+                asyncio.create_task(self._read(proc, process.stdout, "stdout")),
+                asyncio.create_task(self._read(proc, process.stderr, "stderr")),
+            ]
         try:
             status = await process.wait()
             # a child that kept the pipes open must not hold the end event back forever
@@ -172,6 +206,11 @@ class ProcessService:
             proc.end = {"end": {"exitCode": -1, "status": "error", "error": "internal error"}}
             proc.publish(proc.end)
         finally:
+            for task in readers:
+                task.cancel()
+            if proc.terminal is not None:
+                await asyncio.wait(readers)  # each stops watching the fd before it closes
+                os.close(proc.terminal)  # a job still holding the pty gets SIGHUP
             table = self._tables.get(proc.target.id, {})
             if table.get(proc.pid) is proc:
                 del table[proc.pid]
@@ -185,6 +224,27 @@ class ProcessService:
         while chunk := await stream.read(READ_BYTES):
             proc.publish({"data": {name: base64.b64encode(chunk).decode()}})
 
+    @staticmethod
+    async def _read_terminal(proc: Proc, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        loop.add_reader(fd, readable.set)
+        try:
+            while True:
+                await readable.wait()
+                readable.clear()
+                try:
+                    chunk = os.read(fd, READ_BYTES)
+                except BlockingIOError:
+                    continue
+                except OSError:  # EIO: every process that had the pty open has closed it
+                    return
+                if not chunk:
+                    return
+                proc.publish({"data": {"pty": base64.b64encode(chunk).decode()}})
+        finally:
+            loop.remove_reader(fd)
+
     # --- unary -------------------------------------------------------------------------
 
     def list(self, target: Target) -> dict[str, Any]:
@@ -197,18 +257,22 @@ class ProcessService:
         name = get(request, "signal")
         if name not in SIGNALS:
             raise ConnectError("invalid_argument", f"unsupported signal {name!r}")
-        await asyncio.to_thread(target.signal, proc.process.pid, SIGNALS[name])
+        await asyncio.to_thread(target.signal, proc.process.pid, SIGNALS[name], proc.session)
         return {}
 
     async def send_input(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
         proc = self._select(target, get(request, "process"))
         data = get(request, "input") or {}
-        if "pty" in data:
-            raise ConnectError("unimplemented", "pty is not supported")
+        name = "pty" if "pty" in data else "stdin"
         try:
-            chunk = base64.b64decode(data.get("stdin") or "", validate=True)
+            chunk = base64.b64decode(data.get(name) or "", validate=True)
         except (binascii.Error, TypeError):
-            raise ConnectError("invalid_argument", "input.stdin is not base64") from None
+            raise ConnectError("invalid_argument", f"input.{name} is not base64") from None
+        if proc.terminal is not None:  # a command with a pty reads it, whatever the field
+            await _write_terminal(proc.terminal, chunk)
+            return {}
+        if name == "pty":
+            raise ConnectError("failed_precondition", "the process has no pty")
         stdin = self._stdin(proc)
         try:
             stdin.write(chunk)
@@ -217,8 +281,23 @@ class ProcessService:
             raise ConnectError("failed_precondition", "the process closed its stdin") from None
         return {}
 
+    async def update(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
+        """Resize the process's pty (its foreground job gets SIGWINCH)."""
+        proc = self._select(target, get(request, "process"))
+        pty = get(request, "pty")
+        if pty is None:
+            return {}
+        if proc.terminal is None:
+            raise ConnectError("failed_precondition", "the process has no pty")
+        _set_size(proc.terminal, _pty_size(pty))
+        return {}
+
     async def close_stdin(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
         proc = self._select(target, get(request, "process"))
+        if proc.terminal is not None:
+            raise ConnectError(
+                "failed_precondition", "a pty has no stdin to close: send Ctrl-D (\\x04)"
+            )
         stdin = self._stdin(proc)
         stdin.close()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -259,7 +338,47 @@ class ProcessService:
         for table in list(self._tables.values()):
             for proc in list(table.values()):
                 with contextlib.suppress(Exception):
-                    await proc.target.kill(proc.process)
+                    await proc.target.kill(proc.process, proc.session)
+
+
+def _pty_size(pty: Any) -> tuple[int, int]:
+    """(rows, cols) of a ``PTY`` message; a missing size or side is 24x80's."""
+    size = get(pty, "size") if isinstance(pty, dict) else None
+    if size is None:
+        return DEFAULT_PTY_SIZE
+    if not isinstance(size, dict):
+        raise ConnectError("invalid_argument", "pty.size must be an object")
+    sides = []
+    for name, default in zip(("rows", "cols"), DEFAULT_PTY_SIZE, strict=True):
+        value = size.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 0xFFFF:
+            raise ConnectError("invalid_argument", f"pty.size.{name}: expected 1..65535")
+        sides.append(value)
+    return sides[0], sides[1]
+
+
+def _set_size(fd: int, size: tuple[int, int]) -> None:
+    rows, cols = size
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+async def _write_terminal(fd: int, data: bytes) -> None:
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:  # the pty's input buffer is full: wait until it drains
+            writable = loop.create_future()
+            loop.add_writer(fd, writable.set_result, None)
+            try:
+                await writable
+            finally:
+                loop.remove_writer(fd)
+            continue
+        except OSError:
+            raise ConnectError("failed_precondition", "the pty is closed") from None
+        view = view[written:]
 
 
 def _status(status: int) -> str:

@@ -42,36 +42,39 @@ class Target:
         argv: Sequence[str],
         env: Mapping[str, str] | None = None,
         stdin: bool = False,
+        terminal: int | None = None,
     ) -> asyncio.subprocess.Process:
-        """Start ``argv`` inside the sandbox, in a session of its own."""
+        """Start ``argv`` inside the sandbox, in a session of its own; with ``terminal``
+        (a pty's follower fd) as its stdin, stdout and stderr."""
         command = await asyncio.to_thread(
             self.runtime.enter_command, self.spec, self.identity, list(argv)
         )
+        pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
         return await asyncio.create_subprocess_exec(
             *command,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=terminal if terminal is not None else pipe if stdin else devnull,
+            stdout=terminal if terminal is not None else pipe,
+            stderr=terminal if terminal is not None else pipe,
             env=bubblewrap.sandbox_env(env),
             start_new_session=True,
         )
 
-    async def entered(self, process: asyncio.subprocess.Process) -> int:
-        """The pid, inside the sandbox, of a command ``spawn`` started, once it is there:
-        the pid ``ps`` and ``$$`` show in the sandbox. Until then a signal would find
-        nothing to signal. A command that ends before it is seen, and a runtime without
-        pid namespaces, give the pid of the process spawned on the host."""
-        entered_pid = getattr(self.runtime, "entered_pid", None)
-        if entered_pid is None:
-            return process.pid
+    async def entered(self, process: asyncio.subprocess.Process) -> tuple[int, int]:
+        """(host pid, pid inside the sandbox) of a command ``spawn`` started, once it is
+        there: the pid ``ps`` and ``$$`` show in the sandbox. Until then a signal would
+        find nothing to signal. A command that ends before it is seen, and a runtime
+        without pid namespaces, give the pid of the process spawned on the host."""
+        entered = getattr(self.runtime, "entered", None)
+        if entered is None:
+            return process.pid, process.pid
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ENTER_SECONDS
         while process.returncode is None and loop.time() < deadline:
-            pid: int | None = entered_pid(self.identity, process.pid)
-            if pid is not None:
-                return pid
+            found: tuple[int, int] | None = entered(self.identity, process.pid)
+            if found is not None:
+                return found
             await asyncio.sleep(ENTER_POLL_SECONDS)
-        return process.pid
+        return process.pid, process.pid
 
     async def run(
         self, argv: Sequence[str], stdin: bytes | None = None
@@ -85,29 +88,34 @@ class Target:
             raise
         return process.returncode if process.returncode is not None else -1, out, err
 
-    async def kill(self, process: asyncio.subprocess.Process) -> None:
+    async def kill(self, process: asyncio.subprocess.Process, session: int | None = None) -> None:
         if process.returncode is None:
-            await asyncio.to_thread(self.signal, process.pid, signal.SIGKILL)
+            await asyncio.to_thread(self.signal, process.pid, signal.SIGKILL, session)
             with contextlib.suppress(ProcessLookupError):
                 process.kill()  # nsenter itself, once its child is gone or never started
             await process.wait()
 
-    def kill_soon(self, process: asyncio.subprocess.Process) -> None:
+    def kill_soon(self, process: asyncio.subprocess.Process, session: int | None = None) -> None:
         """``kill`` in a task of its own: safe in a ``finally`` of a stream the client cut
         off, where anyio's cancellation would interrupt any await."""
         if process.returncode is None:
-            task = asyncio.get_running_loop().create_task(self.kill(process))
+            task = asyncio.get_running_loop().create_task(self.kill(process, session))
             _TASKS.add(task)
             task.add_done_callback(_TASKS.discard)
 
-    def signal(self, pgid: int, sig: int) -> None:
-        """Signal every process of a command started by ``spawn`` (``pgid``: its pid)."""
+    def signal(self, pgid: int, sig: int, session: int | None = None) -> None:
+        """Signal every process of a command started by ``spawn`` (``pgid``: its pid),
+        and of ``session``, the host pid of a command that made a session of its own
+        (one with a terminal: its process group has that id)."""
         signal_entered = getattr(self.runtime, "signal_entered", None)
         if signal_entered is not None:
             signal_entered(pgid, sig)
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, sig)
+        if session is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(session, sig)
 
 
 def sandbox_path(path: str | None, default: str | None = None) -> str:

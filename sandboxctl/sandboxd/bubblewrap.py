@@ -592,14 +592,15 @@ class BubblewrapRuntime:
         return join_command([], limited, guard=guard)
 
     @staticmethod
-    def entered_pid(identity: Identity, leader: int) -> int | None:
-        """The pid, inside the sandbox, of the command ``enter_command`` started as
+    def entered(identity: Identity, leader: int) -> tuple[int, int] | None:
+        """(host pid, pid inside the sandbox) of the command ``enter_command`` started as
         ``leader`` (nsenter forks it into the sandbox's pid namespace; before that the
         leader's shell forks for its guard, outside); None until it is there, and once
         it has been reaped."""
         for child in procfs.children(leader):
             if procfs.pid_namespace(child) == identity.pid_namespace:
-                return procfs.innermost_pid(child)
+                inside = procfs.innermost_pid(child)
+                return (child, inside) if inside is not None else None
         return None
 
     @staticmethod

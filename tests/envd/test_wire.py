@@ -14,6 +14,7 @@ import httpx
 from sandboxctl.envd import ENVD_VERSION
 from tests.envd.conftest import ROOT, Host
 from tests.envd.wire import STREAM, Envd, chunked, envelope, envelopes
+from tests.sandboxd.servers import wait_until
 
 
 def test_version_is_semver() -> None:
@@ -184,6 +185,38 @@ def test_the_start_pid_is_the_commands_own_and_a_kill_right_after_start_lands(
         received += b"".join(chunks)  # ends within the read timeout only if it was killed
     end = envelopes(received)[-2][1]["event"]["end"]
     assert end["status"] == "signal: killed"
+
+
+def test_pty_calls_refused(shared: Envd) -> None:
+    def start(message: dict[str, object]) -> httpx.Response:
+        return shared.stream("process.Process/Start", message)[0]
+
+    bad = start({"process": {"cmd": "/bin/true"}, "pty": {"size": {"rows": 0, "cols": 80}}})
+    assert bad.status_code == 400
+    assert bad.json()["message"] == "pty.size.rows: expected 1..65535"
+
+    collected: dict[str, object] = {}
+    plain = {"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": "plain"}
+    runner = threading.Thread(target=lambda: collected.update(result=start(plain)))
+    runner.start()
+    selector = {"tag": "plain"}
+    try:
+        wait_until(
+            lambda: shared.rpc("process.Process/List", {}).json().get("processes"),
+            what="the command to start",
+        )
+        resize = {"process": selector, "pty": {"size": {"rows": 30, "cols": 100}}}
+        typed = {"process": selector, "input": {"pty": "bHMK"}}
+        for method, message in (("Update", resize), ("SendInput", typed)):
+            refused = shared.rpc(f"process.Process/{method}", message)
+            assert refused.status_code == 400, method
+            assert refused.json() == {
+                "code": "failed_precondition",
+                "message": "the process has no pty",
+            }
+    finally:
+        shared.rpc("process.Process/SendSignal", {"process": selector, "signal": "SIGNAL_SIGKILL"})
+        runner.join(timeout=20)
 
 
 def test_stdin(shared: Envd) -> None:
@@ -432,12 +465,10 @@ def test_watch_dir_stream(shared: Envd) -> None:
 
 
 def test_unimplemented_and_bad_codec(shared: Envd) -> None:
-    pty = shared.stream(
-        "process.Process/Start",
-        {"process": {"cmd": "/bin/bash"}, "pty": {"size": {"cols": 80, "rows": 24}}},
-    )[0]
-    assert pty.json()["code"] == "unimplemented"
-    unknown = shared.rpc("process.Process/Update", {})
+    stream_input = shared.rpc("process.Process/StreamInput", {})  # client streaming
+    assert stream_input.status_code == 501
+    assert stream_input.json()["code"] == "unimplemented"
+    unknown = shared.rpc("process.Process/Nope", {})
     assert unknown.status_code == 501
     proto = httpx.post(
         f"{shared.base}/process.Process/List",

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +199,62 @@ def test_a_commands_pid_is_its_pid_inside_the_sandbox(sbx: Sandbox) -> None:
     with pytest.raises(CommandExitException) as ended:
         handle.wait()
     assert ended.value.stdout == f"{handle.pid}\n"
+
+
+def test_a_pty_runs_an_interactive_shell(sbx: Sandbox) -> None:
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    handle = sbx.pty.create(PtySize(rows=24, cols=80))
+    output = bytearray()
+    ended: list[object] = []
+
+    def read() -> None:
+        try:
+            ended.append(handle.wait(on_pty=output.extend))
+        except Exception as error:  # the end, as the SDK reports it
+            ended.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def shows(text: str) -> bool:
+        return text.encode() in output
+
+    def type_in(line: bytes) -> None:
+        sbx.pty.send_stdin(handle.pid, line)
+
+    # Each check looks for what only the command's output holds, not the echoed input.
+    type_in(b"stty size; test -t 0 && test -t 1 && echo mark-$((6*7))\n")
+    wait_until(lambda: shows("mark-42"), what="the shell to run a line on a terminal")
+    assert shows("24 80")
+    sbx.pty.resize(handle.pid, PtySize(rows=30, cols=100))
+    type_in(b"stty size\n")
+    wait_until(lambda: shows("30 100"), what="the new size")
+    # Ctrl-C reaches the foreground job: the pty is the shell's controlling terminal.
+    type_in(b"sleep 60\n")
+    type_in(b"\x03")
+    type_in(b"echo back-$((1+1))\n")
+    wait_until(lambda: shows("back-2"), timeout=10, what="Ctrl-C to stop sleep")
+    type_in(b"exit\n")
+    reader.join(timeout=10)
+    assert ended, "the pty did not end"
+    assert handle.pid not in [p.pid for p in sbx.commands.list()]
+
+
+def test_a_pty_is_killed_by_pid_and_by_its_timeout(sbx: Sandbox) -> None:
+    from e2b.sandbox.commands.command_handle import PtySize
+
+    killed = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    assert sbx.pty.kill(killed.pid) is True
+    with pytest.raises(CommandExitException):
+        killed.wait()
+    started = time.monotonic()
+    timed = sbx.pty.create(PtySize(rows=24, cols=80), timeout=1)
+    with pytest.raises(TimeoutException):
+        timed.wait()
+    assert time.monotonic() - started < 10
+    wait_until(
+        lambda: not {killed.pid, timed.pid} & {p.pid for p in sbx.commands.list()},
+        timeout=5,
+        what="both ptys to be gone",
+    )
