@@ -126,7 +126,13 @@ class ProcessService:
                 os.close(follower)  # the command holds it: its exit ends the output
         shown = {"cmd": cmd, "args": args, "envs": envs, "cwd": cwd}
         tag = get(request, "tag")
-        host_pid, pid = await target.entered(process)
+        try:
+            host_pid, pid = await target.entered(process)
+        except BaseException:  # the caller hung up before the command had started
+            target.kill_soon(process)
+            if terminal is not None:
+                os.close(terminal)  # a command already on it gets SIGHUP
+            raise
         proc = Proc(pid, shown, str(tag) if tag is not None else None, process, target)
         if terminal is not None:
             proc.terminal, proc.session = terminal, host_pid
