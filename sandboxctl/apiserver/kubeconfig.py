@@ -8,11 +8,12 @@ previous one atomically and is readable by its owner only (0600).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
+
+from sandboxctl.secretfiles import write_private
 
 NAME: Final = "sandboxctl"
 NAMESPACE: Final = "default"
@@ -46,16 +47,5 @@ def server_url(host: str, port: int) -> str:
 def write_kubeconfig(path: str | os.PathLike[str], server_url: str) -> Path:
     """Write the kubeconfig for ``server_url`` to ``path`` (mode 0600, atomically)."""
     target = Path(path)
-    text = yaml.safe_dump(kubeconfig(server_url), sort_keys=False)
-    descriptor, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            os.fchmod(stream.fileno(), 0o600)
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(scratch, target)
-    except BaseException:
-        Path(scratch).unlink(missing_ok=True)
-        raise
+    write_private(target, yaml.safe_dump(kubeconfig(server_url), sort_keys=False))
     return target

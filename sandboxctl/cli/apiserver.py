@@ -27,7 +27,6 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
-    read_token,
 )
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
@@ -39,6 +38,7 @@ from sandboxctl.cli.sources import (
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
+from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -210,7 +210,7 @@ def e2b_settings(
     keys = load_api_keys(key_file, namespace) if key_file is not None else {}
     if key_file is not None and not keys and not anonymous:
         raise ConfigurationError(f"--e2b-api-key-file {key_file}: no keys in the file")
-    secret = read_token("--e2b-envd-secret-file", secret_file).encode()
+    secret = read_secret("--e2b-envd-secret-file", secret_file).encode()
     aliases = load_template_aliases(alias_file) if alias_file is not None else dict(DEFAULT_ALIASES)
     return E2bConfig(
         domain=domain,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from sandboxctl.core.durations import format_duration, parse_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import (
     DEFAULT_PUBLISH_INTERVAL,
     DEFAULT_STALE_AFTER,
@@ -81,17 +80,6 @@ def freshness_rule(
 ) -> FreshnessRule:
     """The rule the flags describe, refused (one line, exit 2) when it cannot be safe."""
     return FreshnessRule(stale_after, reference, publish_interval).validate(allow_unsafe)
-
-
-def read_token(flag: str, path: Path) -> str:
-    """A secret from a file named by ``flag``: whitespace trimmed, an empty file refused."""
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise ConfigurationError(f"{flag} {path}: {error.strerror}") from error
-    if not token:
-        raise ConfigurationError(f"{flag} {path}: the file is empty")
-    return token
 
 
 def parse_pool_flag(text: str) -> tuple[PoolKey, int]:

@@ -20,7 +20,6 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
-    read_token,
 )
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
@@ -33,6 +32,7 @@ from sandboxctl.cli.sources import (
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
 from sandboxctl.proxy import create_proxy_app
+from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -79,7 +79,7 @@ def serve_proxy(
         raise ConfigurationError(
             "serve-proxy needs --e2b-envd-secret-file (the e2b API's envd secret)"
         )
-    secret = read_token("--e2b-envd-secret-file", secret_file).encode()
+    secret = read_secret("--e2b-envd-secret-file", secret_file).encode()
     host, port = parse_listen("--listen", listen)
     rule = freshness_rule(stale_after, reference, publish_interval)
     for warning in rule.warnings():

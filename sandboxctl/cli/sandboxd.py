@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
-from sandboxctl.cli.options import parse_pool_flag, read_token
+from sandboxctl.cli.options import parse_pool_flag
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
@@ -19,6 +19,7 @@ from sandboxctl.sandboxd.runtime import Runtime
 from sandboxctl.sandboxd.server import serve
 from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
+from sandboxctl.secretfiles import read_secret
 
 
 class RuntimeName(enum.StrEnum):
@@ -91,7 +92,7 @@ def serve_sandboxd(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     log = logging.getLogger("sandboxctl.sandboxd")
     host, port = parse_listen("--listen", listen)
-    token = read_token("--token-file", token_file) if token_file else None
+    token = read_secret("--token-file", token_file) if token_file else None
     if token is None:
         if not _is_loopback(host):
             raise ConfigurationError(

@@ -14,10 +14,11 @@ from typing import Annotated
 
 import typer
 
-from sandboxctl.cli.options import parse_duration_flag, read_token
+from sandboxctl.cli.options import parse_duration_flag
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
+from sandboxctl.secretfiles import read_secret
 
 SOURCES = ("mesh",)
 __all__ = ["DEFAULT_POLL_INTERVAL", "InventoryPoll", "SandboxdTokenFile", "Seeds", "Source"]
@@ -79,7 +80,7 @@ def mesh_source(
     addresses = tuple(seed.strip() for seed in seeds.split(",") if seed.strip())
     if not addresses:
         raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
-    token = read_token("--sandboxd-token-file", token_file) if token_file else None
+    token = read_secret("--sandboxd-token-file", token_file) if token_file else None
     if token is None:
         log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
     return MeshSource(MeshInventorySource(addresses, token, poll_interval=poll), token, addresses)

@@ -1,0 +1,7 @@
+"""``sandboxctl serve``'s one-host development fleet: every part in one process, over one
+state directory."""
+
+from sandboxctl.fleet.run import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
+from sandboxctl.fleet.state import check_traversable
+
+__all__ = ["DEFAULT_DOMAIN", "Fleet", "Ports", "check_traversable", "run_fleet"]

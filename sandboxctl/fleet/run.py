@@ -1,0 +1,183 @@
+"""The one-host development fleet ``sandboxctl serve`` runs: one process holds the host
+agent, its HTTP API, the mesh inventory over that one agent, the sandbox store, the
+Kubernetes-style API, the e2b API and the envd proxy (all over the one store); every app
+is served by one uvicorn server (``run_servers``). See docs/serve.md."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
+from sandboxctl.apiserver.kube import create_kube_app
+from sandboxctl.apiserver.kubeconfig import server_url
+from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.model import PoolKey
+from sandboxctl.fleet.readiness import CHECK_TIMEOUT, Readiness, say
+from sandboxctl.fleet.state import (
+    AGENT_DIR,
+    ENV_FILE,
+    KUBECONFIG_FILE,
+    NAMESPACE,
+    TOKEN_FILE,
+    prepare_state_dir,
+    write_client_files,
+)
+from sandboxctl.inventory.mesh import MeshInventorySource
+from sandboxctl.proxy import create_proxy_app
+from sandboxctl.sandboxd.agent import Agent, AgentSettings
+from sandboxctl.sandboxd.api import create_app as create_agent_app
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.serving import run_servers
+from sandboxctl.store import SandboxStore
+from sandboxctl.store.nodes import NodeAccess
+
+log = logging.getLogger("sandboxctl.serve")
+
+DEFAULT_DOMAIN = "sandboxctl.local"
+MESH_POLL = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    sandboxd: int
+    kube: int
+    e2b: int
+    proxy: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    state_dir: Path
+    host: str
+    ports: Ports
+    pools: Mapping[PoolKey, int] = field(default_factory=dict)
+    max_sandboxes: int = 16
+    uid_base: int = 200_000
+    domain: str = DEFAULT_DOMAIN
+    keep_sandboxes: bool = False
+
+    def url(self, port: int) -> str:
+        return server_url(self.host, port)
+
+    @property
+    def agent_addr(self) -> str:
+        return self.url(self.ports.sandboxd).removeprefix("http://")
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    api_key: str
+    api_keys: Mapping[str, str]
+    envd_secret: bytes
+    root_token: str
+
+
+def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> None:
+    """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
+    a stop signal; then stop every part, destroying the sandboxes unless asked not to."""
+    agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
+    found = prepare_state_dir(fleet.state_dir)
+    if fleet.host not in ("localhost", "::1") and not fleet.host.startswith("127."):
+        log.warning(
+            "--host %s is not loopback: the Kubernetes-style API has no authentication, so "
+            "anyone who reaches port %d can create and delete sandboxes",
+            fleet.host,
+            fleet.ports.kube,
+        )
+    agent = Agent(
+        AgentSettings(
+            node=socket.gethostname() or "local",
+            advertise_addr=fleet.agent_addr,
+            state_dir=fleet.state_dir / AGENT_DIR,
+            max_sandboxes=fleet.max_sandboxes,
+            pools=dict(fleet.pools),
+            uid_base=fleet.uid_base,
+        ),
+        BubblewrapRuntime(),
+    )
+    inventories = MeshInventorySource([fleet.agent_addr], found.root_token, MESH_POLL)
+    store = SandboxStore(inventories, rule, nodes=NodeAccess(found.root_token))
+    stopping = threading.Event()
+    readiness: threading.Thread | None = None
+    try:
+        agent.start()  # adopts what a --keep-sandboxes run left, and logs it
+        listeners: list[tuple[Any, socket.socket]] = [
+            (create_agent_app(agent, found.root_token), agent_sock),
+            # The first thing uvicorn's shutdown does is close the listening sockets:
+            # open watches end then, so a stop is not held up by a long watch.
+            (create_kube_app(store, stopping=lambda: kube_sock.fileno() == -1), kube_sock),
+        ]
+        config = E2bConfig(
+            domain=fleet.domain,
+            envd_secret=found.envd_secret,
+            api_keys=found.api_keys,
+            namespace=NAMESPACE,
+        )
+        listeners.append((create_e2b_app(store, config), e2b_sock))
+        # The envd proxy over the same store: the SDK's envd calls (E2B_SANDBOX_URL).
+        listeners.append((create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock))
+        write_client_files(fleet, found)
+        say(usage(fleet))
+        checks = Readiness(fleet, agent, store, inventories, found.root_token, stopping)
+        readiness = threading.Thread(target=checks.run, name="sandboxctl-readiness", daemon=True)
+        readiness.start()
+        # A closed terminal stops the fleet like Ctrl-C (SIGHUP would end it at once and
+        # leave every sandbox running); run_servers handles SIGINT and SIGTERM.
+        signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
+        run_servers(listeners)
+        log.info("stopping")
+    finally:
+        stopping.set()
+        if readiness is not None:
+            readiness.join(timeout=CHECK_TIMEOUT + 5)
+        inventories.stop()
+        store.close()
+        destroy = not fleet.keep_sandboxes
+        agent.stop(destroy=destroy)
+        log.info(
+            "stopped; sandboxes %s",
+            "destroyed" if destroy else "left running (--keep-sandboxes)",
+        )
+
+
+# --- what to tell the user ------------------------------------------------------------
+
+
+def usage(fleet: Fleet) -> str:
+    directory = _shown(fleet.state_dir)
+    lines = [
+        "sandboxctl serve: a one-host development fleet",
+        f"  e2b API         {fleet.url(fleet.ports.e2b)}",
+        f"  Kubernetes API  {fleet.url(fleet.ports.kube)}",
+        f"  sandboxd        {fleet.url(fleet.ports.sandboxd)}  (token in {directory}/{TOKEN_FILE})",
+        f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (sandbox commands and files)",
+        "",
+        "Use it with the e2b SDK (pip install e2b):",
+        f"  set -a; . {directory}/{ENV_FILE}; set +a",
+        "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
+        "print(s.sandbox_id); s.kill()'",
+        "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
+        'print(s.commands.run("echo hi").stdout, end=""); s.kill()\'',
+        "and with kubectl:",
+        f"  kubectl --kubeconfig {directory}/{KUBECONFIG_FILE} get sandboxes",
+        "Stop with Ctrl-C (sandboxes are "
+        + ("left running)" if fleet.keep_sandboxes else "destroyed; --keep-sandboxes keeps them)"),
+    ]
+    return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    """The state directory as the user would type it: relative when under the cwd."""
+    try:
+        relative = path.relative_to(Path.cwd())
+    except ValueError:
+        return str(path)
+    return str(relative) if str(relative) != "." else "."

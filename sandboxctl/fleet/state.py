@@ -1,0 +1,87 @@
+"""The fleet's state directory: its secrets, created on first start and reused after,
+and the client files (``e2b.env``, ``kubeconfig``) that point the e2b SDK and kubectl at
+it."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxctl.apiserver.e2b import load_api_keys
+from sandboxctl.apiserver.kubeconfig import write_kubeconfig
+from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.secretfiles import create_secret, write_private
+
+if TYPE_CHECKING:
+    from sandboxctl.fleet.run import Fleet
+
+log = logging.getLogger("sandboxctl.serve")
+
+NAMESPACE = "default"
+KEY_FILE = "e2b-api-keys"
+ENVD_SECRET_FILE = "envd-secret"
+TOKEN_FILE = "sandboxd-token"
+ENV_FILE = "e2b.env"
+KUBECONFIG_FILE = "kubeconfig"
+AGENT_DIR = "sandboxd"
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    api_key: str
+    api_keys: Mapping[str, str]
+    envd_secret: bytes
+    root_token: str
+
+
+def prepare_state_dir(state_dir: Path) -> Secrets:
+    """Create the directory (0711) and its secrets on first start; reuse them later."""
+    if not state_dir.exists():
+        state_dir.mkdir(parents=True)
+        state_dir.chmod(0o711)  # sandbox uids traverse it to DIR/sandboxd/homes
+        log.info("created %s", state_dir)
+    elif not state_dir.is_dir():
+        raise ConfigurationError(f"--state-dir {state_dir}: not a directory")
+    key_file = state_dir / KEY_FILE
+    fresh_key = f"e2b_{secrets.token_hex(20)}"
+    create_secret(key_file, f"{fresh_key} {NAMESPACE}\n")
+    api_keys = load_api_keys(key_file, namespace=NAMESPACE)
+    envd_secret = create_secret(state_dir / ENVD_SECRET_FILE, secrets.token_hex(32) + "\n")
+    root_token = create_secret(state_dir / TOKEN_FILE, secrets.token_urlsafe(32) + "\n")
+    return Secrets(
+        api_key=next(iter(api_keys)),
+        api_keys=api_keys,
+        envd_secret=envd_secret.encode(),
+        root_token=root_token,
+    )
+
+
+def check_traversable(state_dir: Path) -> None:
+    """Sandbox uids reach their homes under DIR/sandboxd/homes: every existing directory
+    above them must let others through (o+x), or every sandbox start fails."""
+    for directory in (state_dir, *state_dir.parents):
+        if not directory.exists():
+            continue
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        if not mode & stat.S_IXOTH:
+            raise ConfigurationError(
+                f"--state-dir {state_dir}: sandbox uids cannot traverse {directory} "
+                f"(mode {mode:04o}); chmod o+x it or pick a --state-dir under a directory "
+                "others may enter, e.g. /var/tmp/sandboxctl"
+            )
+
+
+def write_client_files(fleet: Fleet, found: Secrets) -> None:
+    """DIR/e2b.env for the e2b SDK and DIR/kubeconfig for kubectl, both 0600."""
+    env = (
+        f"E2B_API_URL={fleet.url(fleet.ports.e2b)}\n"
+        f"E2B_SANDBOX_URL={fleet.url(fleet.ports.proxy)}\n"
+        f"E2B_API_KEY={found.api_key}\n"
+    )
+    write_private(fleet.state_dir / ENV_FILE, env)
+    write_kubeconfig(fleet.state_dir / KUBECONFIG_FILE, fleet.url(fleet.ports.kube))
