@@ -63,7 +63,9 @@ def _config(**overrides: Any) -> E2bConfig:
 
 @contextmanager
 def _serving(app: Any) -> Iterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="error", lifespan="off", loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -176,7 +178,9 @@ def _bound_port() -> Iterator[int]:
 
 @contextmanager
 def _serving_on(app: Any, port: int) -> Iterator[None]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="error", lifespan="off", loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

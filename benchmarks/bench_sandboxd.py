@@ -284,6 +284,7 @@ def _serving(agent: Agent, token: str | None) -> Iterator[str]:
         log_level="error",
         access_log=False,
         lifespan="off",
+        loop="asyncio",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="bench-sandboxd", daemon=True)

@@ -12,13 +12,17 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
 from sandboxctl.core.errors import ConfigurationError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# uvloop cuts the event loop's own cost per request, which is most of what a relay costs
+# (serve-proxy uses it); the agent keeps asyncio, whose subprocess start is much faster
+# than uvloop's, and every command envd runs is one.
+Loop = Literal["asyncio", "uvloop"]
 SHUTDOWN_GRACE_SECONDS = 2
 
 
@@ -50,12 +54,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_server(app: Any, sock: socket.socket) -> None:
+def run_server(app: Any, sock: socket.socket, loop: Loop = "asyncio") -> None:
     """Serve one app on a bound socket until a stop signal; returns after shutdown."""
-    run_servers([(app, sock)])
+    run_servers([(app, sock)], loop)
 
 
-def run_servers(listeners: Sequence[tuple[Any, socket.socket]]) -> None:
+def run_servers(listeners: Sequence[tuple[Any, socket.socket]], loop: Loop = "asyncio") -> None:
     """Serve each app on its own bound socket, in one server and one event loop, until
     a stop signal; returns after a graceful shutdown. Requests go to the app of the
     socket they arrived on."""
@@ -73,6 +77,7 @@ def run_servers(listeners: Sequence[tuple[Any, socket.socket]]) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        loop=loop,
         # Open watches would hold a stop for as long as they run; like a Kubernetes API
         # server, give them a short grace and close them (clients re-establish them).
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,

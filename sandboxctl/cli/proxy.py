@@ -98,7 +98,7 @@ def serve_proxy(
                 domain.strip("."),
                 len(addresses),
             )
-            run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)])
+            run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)], loop="uvloop")
         finally:
             inventories.stop()
             store.close()

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -38,6 +38,8 @@ from sandboxctl.inventory.mapping import AgentAnswerError, inventory_from_agent
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
+START_SECONDS = 3.0  # how long start() waits for a slow seed's first answer
+START_RETRY_SECONDS = 0.05
 ADVERTISE_FIELD = "info.advertise_addr"
 
 
@@ -114,6 +116,7 @@ class PollResult:
     reason: str = ""
     status: int | None = None  # the HTTP status of a refusal
     error: Exception | None = field(default=None, compare=False, repr=False)
+    slow: bool = False  # still busy when the tick ended (its answer is taken when it comes)
 
     @property
     def ok(self) -> bool:
@@ -170,10 +173,24 @@ class MeshInventorySource:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Poll once, refuse a setup that cannot work, then poll in the background."""
+        """Poll once, refuse a setup that cannot work, then poll in the background.
+
+        A seed that is only slow (an agent busy starting its pools, a short
+        ``poll_interval``) is given up to ``START_SECONDS`` to answer before start fails;
+        one that refuses the connection or the token fails it at once."""
         if self._thread is not None:
             raise RuntimeError("the mesh inventory source is already started")
+        deadline = time.monotonic() + START_SECONDS
         results = self.poll_once()
+        while (
+            not any(r.ok for r in results)
+            and any(r.slow for r in results)
+            and time.monotonic() < deadline
+        ):
+            self._stopping.wait(START_RETRY_SECONDS)
+            results = self.poll_once()
+        waited = f"no answer within {format_duration(timedelta(seconds=START_SECONDS))}"
+        results = tuple(replace(r, reason=waited) if r.slow else r for r in results)
         try:
             _check_start(results)
         except MeshStartError:
@@ -224,7 +241,7 @@ class MeshInventorySource:
                 running = self._in_flight.get(address)
                 if running is not None and not running.done():
                     results[address] = PollResult(
-                        address, reason="its previous poll has not answered yet"
+                        address, reason="its previous poll has not answered yet", slow=True
                     )
                     continue
                 future = executor.submit(self._poll_node, address)
@@ -236,7 +253,7 @@ class MeshInventorySource:
                     results[address] = future.result()
                 else:
                     reason = f"no answer within {format_duration(self.poll_interval)}"
-                    results[address] = PollResult(address, reason=reason)
+                    results[address] = PollResult(address, reason=reason, slow=True)
             ordered = tuple(results[address] for address in self.seeds)
             with self._lock:
                 self.polls += 1

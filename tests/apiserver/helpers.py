@@ -21,7 +21,9 @@ from tests.sandboxd.servers import wait_until
 @contextmanager
 def serving(app: Any, port: int = 0) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 (a free port unless given); yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="error", lifespan="off", loop="asyncio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()

@@ -56,7 +56,12 @@ def serving(agent: Agent, token: str | None) -> Iterator[str]:
     """Serve ``agent`` on a free loopback port in this process; yields its address."""
     port = free_port()
     config = uvicorn.Config(
-        create_app(agent, token), host="127.0.0.1", port=port, log_level="error", lifespan="off"
+        create_app(agent, token),
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="off",
+        loop="asyncio",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
