@@ -26,9 +26,11 @@ from sandboxctl.envd.connect import (
     ConnectError,
     deadline_of,
     end_of_stream,
+    envelope,
     error_response,
     parse_envelope,
     parse_json,
+    read_envelopes,
 )
 from sandboxctl.envd.filesystem import FilesystemService
 from sandboxctl.envd.process import ProcessService
@@ -104,6 +106,12 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
         method = request.path_params["method"]
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         deadline = deadline_of(request.headers)
+        if service == "process.Process" and method == "StreamInput":  # client streaming
+            if content_type != STREAM_CONTENT_TYPE:
+                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
+            # The whole input is read (and written to the process) before the one answer.
+            taken = await processes.stream_input(target, read_envelopes(request.stream()))
+            return ConnectStream(_only(taken))
         body = await _read_body(request)
         if service == "process.Process" and method in ("Start", "Connect"):
             if content_type != STREAM_CONTENT_TYPE:
@@ -188,6 +196,12 @@ class ConnectStream(StreamingResponse):
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         if not ended:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _only(message: dict[str, Any]) -> AsyncIterator[bytes]:
+    """A client-streaming call's one answer, as the stream it is sent on."""
+    yield envelope(message)
+    yield end_of_stream()
 
 
 async def _safe(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -75,6 +76,31 @@ def parse_envelope(body: bytes) -> dict[str, Any]:
     if len(body) < 5 + length:
         raise ConnectError("invalid_argument", "truncated Connect envelope")
     return parse_json(body[5 : 5 + length])
+
+
+async def read_envelopes(
+    chunks: AsyncIterator[bytes], limit: int = MAX_MESSAGE_BYTES
+) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a client-streaming request body, each as soon as it is whole;
+    ends at the body's end or at an end-of-stream envelope."""
+    buffer = bytearray()
+    async for chunk in chunks:
+        buffer += chunk
+        while len(buffer) >= 5:
+            flags, length = struct.unpack(">BI", buffer[:5])
+            if flags & 0x01:
+                raise ConnectError("unimplemented", "compressed messages are not supported")
+            if length > limit:
+                raise ConnectError("resource_exhausted", "request message too large")
+            if len(buffer) < 5 + length:
+                break
+            data = bytes(buffer[5 : 5 + length])
+            del buffer[: 5 + length]
+            if flags & END_STREAM:
+                return
+            yield parse_json(data)
+    if buffer:
+        raise ConnectError("invalid_argument", "truncated Connect envelope")
 
 
 def parse_json(data: bytes) -> dict[str, Any]:

@@ -287,6 +287,27 @@ class ProcessService:
             raise ConnectError("failed_precondition", "the process closed its stdin") from None
         return {}
 
+    async def stream_input(
+        self, target: Target, messages: AsyncIterator[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``StreamInput``: a start event naming the process, then data events, each
+        written to its stdin (or pty) as it arrives."""
+        selector = None
+        async for message in messages:
+            if "start" in message:
+                start = get(message, "start") or {}
+                selector = {"pid": self._select(target, get(start, "process")).pid}
+            elif "data" in message:
+                if selector is None:
+                    raise ConnectError("invalid_argument", "the input stream must start with start")
+                data = get(message, "data") or {}
+                await self.send_input(target, {"process": selector, "input": get(data, "input")})
+            elif "keepalive" not in message:
+                raise ConnectError("invalid_argument", "expected a start, data or keepalive event")
+        if selector is None:
+            raise ConnectError("invalid_argument", "the input stream named no process")
+        return {}
+
     async def update(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
         """Resize the process's pty (its foreground job gets SIGWINCH)."""
         proc = self._select(target, get(request, "process"))

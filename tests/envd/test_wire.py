@@ -219,6 +219,29 @@ def test_pty_calls_refused(shared: Envd) -> None:
         runner.join(timeout=20)
 
 
+def test_stream_input_refusals(shared: Envd) -> None:
+    def stream_input(*messages: dict[str, object]) -> httpx.Response:
+        body = b"".join(envelope(m) for m in messages)
+        headers = shared.headers(**{"content-type": STREAM})
+        # Split mid-envelope: each message is taken once it is whole.
+        return httpx.post(
+            f"{shared.base}/process.Process/StreamInput",
+            content=chunked(body, size=3),
+            headers=headers,
+            timeout=30,
+        )
+
+    data = {"data": {"input": {"stdin": "eA=="}}}
+    no_start = stream_input(data)
+    assert no_start.status_code == 400
+    assert no_start.json()["message"] == "the input stream must start with start"
+    unknown = stream_input({"start": {"process": {"pid": 999999}}}, data)
+    assert unknown.status_code == 404
+    assert unknown.json()["code"] == "not_found"
+    empty = stream_input()
+    assert empty.json()["message"] == "the input stream named no process"
+
+
 def test_stdin(shared: Envd) -> None:
     collected: dict[str, object] = {}
 
@@ -465,9 +488,6 @@ def test_watch_dir_stream(shared: Envd) -> None:
 
 
 def test_unimplemented_and_bad_codec(shared: Envd) -> None:
-    stream_input = shared.rpc("process.Process/StreamInput", {})  # client streaming
-    assert stream_input.status_code == 501
-    assert stream_input.json()["code"] == "unimplemented"
     unknown = shared.rpc("process.Process/Nope", {})
     assert unknown.status_code == 501
     proto = httpx.post(

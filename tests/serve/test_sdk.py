@@ -235,6 +235,8 @@ def test_a_pty_runs_an_interactive_shell(sbx: Sandbox) -> None:
     type_in(b"\x03")
     type_in(b"echo back-$((1+1))\n")
     wait_until(lambda: shows("back-2"), timeout=10, what="Ctrl-C to stop sleep")
+    sbx.pty.stream_input(handle.pid, [b"echo via-", b"stream-$((2+3))\n"])
+    wait_until(lambda: shows("via-stream-5"), what="input streamed to the pty")
     type_in(b"exit\n")
     reader.join(timeout=10)
     assert ended, "the pty did not end"
@@ -258,3 +260,11 @@ def test_a_pty_is_killed_by_pid_and_by_its_timeout(sbx: Sandbox) -> None:
         timeout=5,
         what="both ptys to be gone",
     )
+
+
+def test_stream_input_feeds_a_commands_stdin(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(handle.pid, ["line one\n", b"line two\n"])
+    sbx.commands.stream_input(handle.pid, (f"line {n}\n" for n in ("three", "four")))
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "line one\nline two\nline three\nline four\n"
