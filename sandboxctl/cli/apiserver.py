@@ -40,8 +40,6 @@ from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers
-from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
 
 
 def serve_apiserver(
@@ -152,35 +150,27 @@ def serve_apiserver(
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
     mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
-    inventories, token, addresses = mesh.inventories, mesh.token, mesh.seeds
-    with contextlib.ExitStack() as sockets:
-        sock = sockets.enter_context(bind(host, port))  # a taken port fails first
+    with contextlib.ExitStack() as running:
+        sock = running.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
-        e2b_sock = sockets.enter_context(bind(*e2b_address)) if e2b_address else None
-        inventories.start()  # one line and exit 2 when no seed answers or refuses the token
-        store = SandboxStore(inventories, rule, nodes=NodeAccess(token))
-        try:
-            if kubeconfig_out is not None:
-                write_kubeconfig(kubeconfig_out, server_url(host, port))
-                log.info("wrote a kubeconfig for kubectl to %s", kubeconfig_out)
-            log.info(
-                "serving the Sandbox API on %s over %d agents",
-                server_url(host, port),
-                len(addresses),
-            )
-            # run_server has no shutdown hook, but the first thing uvicorn's shutdown does
-            # is close the listening socket: open watches end then, so a stop signal is
-            # not held up for as long as a watch may last (kubectl asks for 5 to 10 min).
-            app = create_kube_app(store, stopping=lambda: sock.fileno() == -1)
-            listeners = [(app, sock)]
-            if e2b_config is not None and e2b_sock is not None:
-                e2b_host, e2b_port = e2b_sock.getsockname()[:2]
-                log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port))
-                listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
-            run_servers(listeners)
-        finally:
-            inventories.stop()
-            store.close()
+        e2b_sock = running.enter_context(bind(*e2b_address)) if e2b_address else None
+        store = running.enter_context(mesh.store(rule))
+        if kubeconfig_out is not None:
+            write_kubeconfig(kubeconfig_out, server_url(host, port))
+            log.info("wrote a kubeconfig for kubectl to %s", kubeconfig_out)
+        log.info(
+            "serving the Sandbox API on %s over %d agents", server_url(host, port), len(mesh.seeds)
+        )
+        # run_server has no shutdown hook, but the first thing uvicorn's shutdown does is
+        # close the listening socket: open watches end then, so a stop signal is not held
+        # up for as long as a watch may last (kubectl asks for 5 to 10 min).
+        app = create_kube_app(store, stopping=lambda: sock.fileno() == -1)
+        listeners = [(app, sock)]
+        if e2b_config is not None and e2b_sock is not None:
+            e2b_host, e2b_port = e2b_sock.getsockname()[:2]
+            log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port))
+            listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
+        run_servers(listeners)
 
 
 def e2b_settings(

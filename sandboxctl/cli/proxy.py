@@ -6,7 +6,6 @@ traffic to that node's agent. See docs/envd-proxy.md."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -34,8 +33,6 @@ from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AF
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers
-from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
 
 
 def serve_proxy(
@@ -85,20 +82,12 @@ def serve_proxy(
     for warning in rule.warnings():
         log.warning("freshness: %s", warning)
     mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
-    inventories, token, addresses = mesh.inventories, mesh.token, mesh.seeds
-    with contextlib.ExitStack() as sockets:
-        sock = sockets.enter_context(bind(host, port))  # a taken port fails first
+    with bind(host, port) as sock, mesh.store(rule) as store:  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
-        inventories.start()  # one line and exit 2 when no seed answers or refuses the token
-        store = SandboxStore(inventories, rule, nodes=NodeAccess(token))
-        try:
-            log.info(
-                "serving the envd proxy on %s for *.%s over %d agents",
-                server_url(host, port),
-                domain.strip("."),
-                len(addresses),
-            )
-            run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)], loop="uvloop")
-        finally:
-            inventories.stop()
-            store.close()
+        log.info(
+            "serving the envd proxy on %s for *.%s over %d agents",
+            server_url(host, port),
+            domain.strip("."),
+            len(mesh.seeds),
+        )
+        run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)], loop="uvloop")

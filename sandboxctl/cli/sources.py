@@ -7,6 +7,8 @@ these definitions: one flag, one meaning, one default everywhere.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,8 +19,11 @@ import typer
 from sandboxctl.cli.options import parse_duration_flag
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
 from sandboxctl.secretfiles import read_secret
+from sandboxctl.store import SandboxStore
+from sandboxctl.store.nodes import NodeAccess
 
 SOURCES = ("mesh",)
 __all__ = ["DEFAULT_POLL_INTERVAL", "InventoryPoll", "SandboxdTokenFile", "Seeds", "Source"]
@@ -66,6 +71,18 @@ class MeshSource:
     inventories: MeshInventorySource
     token: str | None
     seeds: tuple[str, ...]
+
+    @contextmanager
+    def store(self, rule: FreshnessRule) -> Iterator[SandboxStore]:
+        """Start polling (one line and exit 2 when no seed answers or one refuses the
+        token), then a store with node access over it; both are stopped on exit."""
+        self.inventories.start()
+        store = SandboxStore(self.inventories, rule, nodes=NodeAccess(self.token))
+        try:
+            yield store
+        finally:
+            self.inventories.stop()
+            store.close()
 
 
 def mesh_source(

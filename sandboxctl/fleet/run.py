@@ -72,14 +72,6 @@ class Fleet:
         return self.url(self.ports.sandboxd).removeprefix("http://")
 
 
-@dataclass(frozen=True, slots=True)
-class Secrets:
-    api_key: str
-    api_keys: Mapping[str, str]
-    envd_secret: bytes
-    root_token: str
-
-
 def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> None:
     """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
     a stop signal; then stop every part, destroying the sandboxes unless asked not to."""
