@@ -8,13 +8,10 @@ through a kubeconfig. Skipped without the pinned kubectl, root or bubblewrap.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -22,16 +19,12 @@ import pytest
 import yaml
 
 from sandboxctl.apiserver import create_kube_app, write_kubeconfig
-from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
-from sandboxctl.inventory.mesh import MeshInventorySource
-from sandboxctl.sandboxd.agent import Agent, AgentSettings
-from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import Lines, serving
-from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
+from tests.sandboxd.servers import sandboxes_unavailable, wait_until
+from tests.store.real_fleet import real_fleet
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
 TOKEN = "fleet-root-token"
@@ -99,41 +92,19 @@ class Fleet:
 @pytest.fixture
 def fleet(uid_base: int, tmp_path: Path) -> Iterator[Fleet]:
     with ExitStack() as stack:
-        agents: dict[str, Agent] = {}
-        addresses = []
-        for offset, node in enumerate(NODES):
-            state = Path(tempfile.mkdtemp(prefix=f"sandboxctl-kubectl-{node}-", dir="/tmp"))
-            state.chmod(0o711)
-            stack.callback(shutil.rmtree, state, ignore_errors=True)
-            port = free_port()
-            settings = AgentSettings(
-                node=node,
-                advertise_addr=f"127.0.0.1:{port}",
-                state_dir=state,
-                pools={BASE: 1},
-                uid_base=uid_base + 10 * offset,
-                max_sandboxes=4,
-            )
-            agent = Agent(settings, BubblewrapRuntime())
-            stack.callback(agent.stop, destroy=True)  # after its server stopped
-            agent.start()
-            stack.enter_context(serving(create_app(agent, TOKEN), port))
-            agents[node] = agent
-            addresses.append(settings.advertise_addr)
-
-        source = MeshInventorySource(addresses, TOKEN, poll_interval=timedelta(seconds=0.2))
-        source.start()
-        stack.callback(source.stop)
-        nodes = NodeAccess(TOKEN)
-        stack.callback(nodes.close)
-        store = SandboxStore(source, FreshnessRule(), nodes=nodes)
-        wait_until(
-            lambda: len(store.view().warm_candidates(BASE)) == len(NODES),
-            what="a warm sandbox on every node",
+        fleet = real_fleet(
+            stack,
+            nodes=NODES,
+            pools={BASE: 1},
+            uid_base=uid_base,
+            uid_step=10,
+            max_sandboxes=4,
+            token=TOKEN,
+            prefix="sandboxctl-kubectl-",
         )
-        url = stack.enter_context(serving(create_kube_app(store, watch_interval=0.2)))
+        url = stack.enter_context(serving(create_kube_app(fleet.store, watch_interval=0.2)))
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
-        yield Fleet(store, agents, url, kubeconfig, tmp_path)
+        yield Fleet(fleet.store, fleet.agents, url, kubeconfig, tmp_path)
 
 
 def test_kubectl_discovers_the_sandbox_resource(fleet: Fleet) -> None:

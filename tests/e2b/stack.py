@@ -5,28 +5,20 @@ app (two keys in two namespaces) beside the Kubernetes-style app."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 from sandboxctl.apiserver import create_kube_app
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
-from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
-from sandboxctl.inventory.mesh import MeshInventorySource
-from sandboxctl.sandboxd.agent import Agent, AgentSettings
-from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
-from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
+from tests.sandboxd.servers import sandboxes_unavailable
+from tests.store.real_fleet import real_fleet
 
 TOKEN = "fleet-root-token"
 KEY_A = "e2b_" + "a" * 40  # namespace default
@@ -62,37 +54,17 @@ def stack() -> Iterator[Stack]:
     if reason:
         pytest.skip(reason)
     with ExitStack() as stack:
-        agents: dict[str, Agent] = {}
-        addresses = []
-        for offset, node in enumerate(NODES):
-            state = Path(tempfile.mkdtemp(prefix=f"sandboxctl-e2b-{node}-", dir="/tmp"))
-            state.chmod(0o711)
-            stack.callback(shutil.rmtree, state, ignore_errors=True)
-            port = free_port()
-            settings = AgentSettings(
-                node=node,
-                advertise_addr=f"127.0.0.1:{port}",
-                state_dir=state,
-                pools={BASE: WARM},
-                uid_base=UID_BASE + 30 * offset,
-                max_sandboxes=24,
-            )
-            agent = Agent(settings, BubblewrapRuntime())
-            stack.callback(agent.stop, destroy=True)  # after its server stopped
-            agent.start()
-            stack.enter_context(serving(create_app(agent, TOKEN), port))
-            agents[node] = agent
-            addresses.append(settings.advertise_addr)
-        source = MeshInventorySource(addresses, TOKEN, poll_interval=timedelta(seconds=0.2))
-        source.start()
-        stack.callback(source.stop)
-        nodes = NodeAccess(TOKEN)
-        stack.callback(nodes.close)
-        store = SandboxStore(source, FreshnessRule(), nodes=nodes)
-        wait_until(
-            lambda: len(store.view().warm_candidates(BASE)) == len(NODES),
-            what="warm sandboxes on every node",
+        fleet = real_fleet(
+            stack,
+            nodes=NODES,
+            pools={BASE: WARM},
+            uid_base=UID_BASE,
+            uid_step=30,
+            max_sandboxes=24,
+            token=TOKEN,
+            prefix="sandboxctl-e2b-",
         )
+        store, agents = fleet.store, fleet.agents
         config = E2bConfig(
             domain=DOMAIN,
             envd_secret=SECRET,
