@@ -8,6 +8,8 @@ as "sandbox not running".
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -37,6 +39,7 @@ from sandboxctl.envd.process import ProcessService
 from sandboxctl.envd.target import Target
 from sandboxctl.envd.watch import WatchService
 from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.bubblewrap import SANDBOX_USER
 from sandboxctl.sandboxd.errors import NotFound
 
 log = logging.getLogger("sandboxctl.envd")
@@ -79,6 +82,14 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
             if not authorize(request, request.path_params["sandbox_id"]):
                 return refuse(
                     401, "unauthenticated", "the root or this sandbox's token is required"
+                )
+            user = requested_user(request)
+            if user is not None and user != SANDBOX_USER:
+                return refuse(
+                    400,
+                    "invalid_argument",
+                    f"user {user!r} is not available: every command and file operation "
+                    f"runs as the sandbox's user {SANDBOX_USER!r}",
                 )
             try:
                 return await handler(request, target_of(request))
@@ -168,6 +179,22 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
     app = Starlette(routes=routes)
     app.state.processes = processes
     return app
+
+
+def requested_user(request: Request) -> str | None:
+    """The user the SDK asked for, if any: its ``user=`` is ``username`` on ``/files`` and
+    an ``Authorization: Basic`` header on RPCs, which the proxy passes on as
+    ``X-Forwarded-Authorization`` (the agent's own Authorization is the claim token)."""
+    if username := request.query_params.get("username"):
+        return username
+    scheme, _, credentials = request.headers.get("x-forwarded-authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(credentials, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return decoded.partition(":")[0] or None
 
 
 async def _read_body(request: Request) -> bytes:

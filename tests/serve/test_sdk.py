@@ -268,3 +268,14 @@ def test_stream_input_feeds_a_commands_stdin(sbx: Sandbox) -> None:
     sbx.commands.stream_input(handle.pid, (f"line {n}\n" for n in ("three", "four")))
     sbx.commands.close_stdin(handle.pid)
     assert handle.wait().stdout == "line one\nline two\nline three\nline four\n"
+
+
+def test_a_user_other_than_the_sandboxs_is_refused(sbx: Sandbox) -> None:
+    assert sbx.commands.run("id -un", user="user").stdout == "user\n"
+    with pytest.raises(InvalidArgumentException, match="user 'root' is not available"):
+        sbx.commands.run("id -un", user="root")
+    sbx.files.write("/home/user/owned.txt", "mine", user="user")
+    with pytest.raises(InvalidArgumentException, match="user 'root' is not available"):
+        sbx.files.read("/home/user/owned.txt", user="root")
+    with pytest.raises(InvalidArgumentException, match="user 'root' is not available"):
+        sbx.files.list("/home/user", user="root")
