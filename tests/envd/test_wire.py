@@ -6,15 +6,13 @@ import base64
 import hashlib
 import json
 import os
-import threading
 import time
 
 import httpx
 
 from sandboxctl.envd import ENVD_VERSION
 from tests.envd.conftest import ROOT, Host
-from tests.envd.wire import STREAM, Envd, chunked, envelope, envelopes
-from tests.sandboxd.servers import wait_until
+from tests.envd.wire import STREAM, Envd, chunked, envelope
 
 
 def test_version_is_semver() -> None:
@@ -121,36 +119,23 @@ def test_deadline_kills_the_command(shared: Envd) -> None:
 
 
 def test_background_list_connect_kill(shared: Envd) -> None:
-    collected: dict[str, object] = {}
-
-    def start() -> None:
-        collected["result"] = shared.stream(
-            "process.Process/Start",
-            {
-                "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo up; sleep 60"]},
-                "tag": "bg",
-            },
-        )
-
-    thread = threading.Thread(target=start)
-    thread.start()
-    pid = None
-    for _ in range(100):
-        processes = shared.rpc("process.Process/List", {}).json().get("processes", [])
-        if processes:
-            pid = processes[0]["pid"]
-            assert processes[0]["config"]["args"] == ["-l", "-c", "echo up; sleep 60"]
-            assert processes[0]["tag"] == "bg"
-            break
-        time.sleep(0.05)
-    assert pid is not None
+    command = shared.background(
+        "process.Process/Start",
+        {
+            "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo up; sleep 60"]},
+            "tag": "bg",
+        },
+    )
+    listed = command.listed()
+    pid = listed["pid"]
+    assert listed["config"]["args"] == ["-l", "-c", "echo up; sleep 60"]
+    assert listed["tag"] == "bg"
     killed = shared.rpc(
         "process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}
     )
     assert killed.status_code == 200
     assert killed.json() == {}
-    thread.join(timeout=20)
-    _, events = collected["result"]  # type: ignore[misc]
+    _, events = command.result()
     end = events[-2][1]["event"]["end"]
     assert end["exitCode"] == -1
     assert end["exited"] is False
@@ -170,20 +155,14 @@ def test_the_start_pid_is_the_commands_own_and_a_kill_right_after_start_lands(
 
     # The SDK kills as soon as it has the start event: the command must be there by then.
     message = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}}
-    headers = shared.headers(**{"content-type": STREAM, "connect-timeout-ms": "30000"})
-    url = f"{shared.base}/process.Process/Start"
-    with httpx.stream("POST", url, content=envelope(message), headers=headers, timeout=20) as reply:
-        received = b""
-        chunks = reply.iter_raw()
-        while len(received) < 5 or len(received) < 5 + int.from_bytes(received[1:5], "big"):
-            received += next(chunks)
-        pid = envelopes(received)[0][1]["event"]["start"]["pid"]
+    with shared.opened("process.Process/Start", message) as stream:
+        pid = stream.next()[1]["event"]["start"]["pid"]
         killed = shared.rpc(
             "process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}
         )
         assert killed.json() == {}
-        received += b"".join(chunks)  # ends within the read timeout only if it was killed
-    end = envelopes(received)[-2][1]["event"]["end"]
+        rest = stream.rest()  # ends within the read timeout only if it was killed
+    end = rest[-2][1]["event"]["end"]
     assert end["status"] == "signal: killed"
 
 
@@ -195,16 +174,11 @@ def test_pty_calls_refused(shared: Envd) -> None:
     assert bad.status_code == 400
     assert bad.json()["message"] == "pty.size.rows: expected 1..65535"
 
-    collected: dict[str, object] = {}
     plain = {"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": "plain"}
-    runner = threading.Thread(target=lambda: collected.update(result=start(plain)))
-    runner.start()
+    command = shared.background("process.Process/Start", plain)
     selector = {"tag": "plain"}
     try:
-        wait_until(
-            lambda: shared.rpc("process.Process/List", {}).json().get("processes"),
-            what="the command to start",
-        )
+        command.listed()
         resize = {"process": selector, "pty": {"size": {"rows": 30, "cols": 100}}}
         typed = {"process": selector, "input": {"pty": "bHMK"}}
         for method, message in (("Update", resize), ("SendInput", typed)):
@@ -216,7 +190,7 @@ def test_pty_calls_refused(shared: Envd) -> None:
             }
     finally:
         shared.rpc("process.Process/SendSignal", {"process": selector, "signal": "SIGNAL_SIGKILL"})
-        runner.join(timeout=20)
+        command.result()
 
 
 def test_stream_input_refusals(shared: Envd) -> None:
@@ -243,34 +217,21 @@ def test_stream_input_refusals(shared: Envd) -> None:
 
 
 def test_stdin(shared: Envd) -> None:
-    collected: dict[str, object] = {}
-
-    def start() -> None:
-        collected["result"] = shared.stream(
-            "process.Process/Start",
-            {
-                "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat; echo done"]},
-                "stdin": True,
-            },
-        )
-
-    thread = threading.Thread(target=start)
-    thread.start()
-    pid = None
-    for _ in range(100):
-        processes = shared.rpc("process.Process/List", {}).json().get("processes", [])
-        if processes:
-            pid = processes[0]["pid"]
-            break
-        time.sleep(0.05)
+    command = shared.background(
+        "process.Process/Start",
+        {
+            "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat; echo done"]},
+            "stdin": True,
+        },
+    )
+    pid = command.listed()["pid"]
     data = base64.b64encode(b"hello stdin\n").decode()
     sent = shared.rpc(
         "process.Process/SendInput", {"process": {"pid": pid}, "input": {"stdin": data}}
     )
     assert sent.status_code == 200, sent.text
     assert shared.rpc("process.Process/CloseStdin", {"process": {"pid": pid}}).status_code == 200
-    thread.join(timeout=20)
-    _, events = collected["result"]  # type: ignore[misc]
+    _, events = command.result()
     out = b"".join(
         base64.b64decode(m["event"]["data"]["stdout"])
         for _, m in events
@@ -465,21 +426,12 @@ def test_filesystem_rpcs(shared: Envd) -> None:
 
 def test_watch_dir_stream(shared: Envd) -> None:
     shared.run("mkdir -p /home/user/ws")
-    collected: dict[str, object] = {}
-
-    def watch() -> None:
-        collected["result"] = shared.stream(
-            "filesystem.Filesystem/WatchDir", {"path": "/home/user/ws"}, timeout_ms=2500
-        )
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    time.sleep(1)
-    shared.run("touch /home/user/ws/a")
-    thread.join(timeout=20)
-    response, events = collected["result"]  # type: ignore[misc]
-    assert response.headers["content-type"] == STREAM
-    assert events[0] == (0, {"start": {}})
+    watched = {"path": "/home/user/ws"}
+    with shared.opened("filesystem.Filesystem/WatchDir", watched, timeout_ms=2500) as stream:
+        assert stream.response.headers["content-type"] == STREAM
+        assert stream.next() == (0, {"start": {}})  # sent once the watch is in place
+        shared.run("touch /home/user/ws/a")
+        events = stream.rest()
     assert (0, {"filesystem": {"name": "a", "type": "EVENT_TYPE_CREATE"}}) in events
     assert events[-1][0] == 2
     assert events[-1][1]["error"]["code"] == "deadline_exceeded"

@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from tests.sandboxd.servers import wait_until
 
 STREAM = "application/connect+json"
 
@@ -80,6 +84,22 @@ class Envd:
         )
         return response, envelopes(response.content) if response.status_code == 200 else []
 
+    @contextmanager
+    def opened(
+        self, method: str, message: dict[str, Any], timeout_ms: int = 30000
+    ) -> Iterator[Messages]:
+        """A server stream read as it comes: act between its messages."""
+        headers = self.headers(**{"content-type": STREAM, "connect-timeout-ms": str(timeout_ms)})
+        url = f"{self.base}/{method}"
+        with httpx.stream(
+            "POST", url, content=envelope(message), headers=headers, timeout=20
+        ) as reply:
+            yield Messages(reply)
+
+    def background(self, method: str, message: dict[str, Any]) -> Background:
+        """``stream`` on a thread of its own, while the test acts on the command."""
+        return Background(self, method, message)
+
     def run(self, cmd: str, **process: Any) -> dict[str, Any]:
         """commands.run: stdout, stderr, the end event, the pid and every envelope."""
         response, events = self.stream(
@@ -103,3 +123,51 @@ class Envd:
             "end": end,
             "events": events,
         }
+
+
+class Messages:
+    """The envelopes of a stream being read: ``next()`` waits for the next whole one."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._chunks = response.iter_raw()
+        self._buffer = b""
+
+    def next(self) -> tuple[int, dict[str, Any]]:
+        while len(self._buffer) < 5 or len(self._buffer) < 5 + int.from_bytes(
+            self._buffer[1:5], "big"
+        ):
+            self._buffer += next(self._chunks)
+        length = 5 + int.from_bytes(self._buffer[1:5], "big")
+        [found], self._buffer = envelopes(self._buffer[:length]), self._buffer[length:]
+        return found
+
+    def rest(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every envelope up to the end of the stream."""
+        return envelopes(self._buffer + b"".join(self._chunks))
+
+
+class Background:
+    def __init__(self, envd: Envd, method: str, message: dict[str, Any]) -> None:
+        self._envd = envd
+        self._result: list[tuple[httpx.Response, list[tuple[int, dict[str, Any]]]]] = []
+        self._thread = threading.Thread(
+            target=lambda: self._result.append(envd.stream(method, message)), daemon=True
+        )
+        self._thread.start()
+
+    def listed(self) -> dict[str, Any]:
+        """The command's row in ``List``, once it is there."""
+
+        def row() -> dict[str, Any] | None:
+            found = self._envd.rpc("process.Process/List", {}).json().get("processes", [])
+            return found[0] if found else None
+
+        listed: dict[str, Any] = wait_until(row, what="the command to be listed")
+        return listed
+
+    def result(self) -> tuple[httpx.Response, list[tuple[int, dict[str, Any]]]]:
+        """The stream's response and envelopes, once it has ended."""
+        self._thread.join(timeout=20)
+        assert self._result, "the stream did not end"
+        return self._result[0]
