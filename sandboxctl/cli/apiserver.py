@@ -4,7 +4,6 @@ beside it the e2b-compatible API when e2b keys (or anonymous mode) are configure
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +26,7 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
+    service_logging,
 )
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
@@ -131,13 +131,9 @@ def serve_apiserver(
 ) -> None:
     """Serve sandboxes.agents.x-k8s.io/v1beta1 (list, get, watch, create, delete) for kubectl,
     and the e2b API when configured."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
-    log = logging.getLogger("sandboxctl.apiserver")
+    log = service_logging("sandboxctl.apiserver")
     host, port = parse_listen("--listen", listen)
-    rule = freshness_rule(stale_after, reference, publish_interval)
-    for warning in rule.warnings():
-        log.warning("freshness: %s", warning)
+    rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     e2b_config = e2b_settings(
         e2b_key_file,
         e2b_anonymous,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -77,9 +78,23 @@ def freshness_rule(
     reference: ReferenceMode,
     publish_interval: timedelta,
     allow_unsafe: bool = False,
+    log: logging.Logger | None = None,
 ) -> FreshnessRule:
-    """The rule the flags describe, refused (one line, exit 2) when it cannot be safe."""
-    return FreshnessRule(stale_after, reference, publish_interval).validate(allow_unsafe)
+    """The rule the flags describe, refused (one line, exit 2) when it cannot be safe;
+    with ``log``, each risk it still carries is logged as a warning."""
+    rule = FreshnessRule(stale_after, reference, publish_interval).validate(allow_unsafe)
+    if log is not None:
+        for warning in rule.warnings():
+            log.warning("freshness: %s", warning)
+    return rule
+
+
+def service_logging(name: str) -> logging.Logger:
+    """Timestamped lines at INFO for a long-lived service, without httpx's line per
+    request (one per inventory poll); the service's own logger."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    return logging.getLogger(name)
 
 
 def parse_pool_flag(text: str) -> tuple[PoolKey, int]:

@@ -6,7 +6,6 @@ traffic to that node's agent. See docs/envd-proxy.md."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +18,7 @@ from sandboxctl.cli.options import (
     Reference,
     StaleAfter,
     freshness_rule,
+    service_logging,
 )
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
@@ -67,9 +67,7 @@ def serve_proxy(
 ) -> None:
     """Serve the envd proxy: route e2b envd traffic to the node that owns each sandbox.
     Cleartext HTTP only; put TLS in front of it."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
-    log = logging.getLogger("sandboxctl.proxy")
+    log = service_logging("sandboxctl.proxy")
     if not domain.strip("."):
         raise ConfigurationError("serve-proxy needs --domain (the e2b API's --e2b-domain)")
     if secret_file is None:
@@ -78,9 +76,7 @@ def serve_proxy(
         )
     secret = read_secret("--e2b-envd-secret-file", secret_file).encode()
     host, port = parse_listen("--listen", listen)
-    rule = freshness_rule(stale_after, reference, publish_interval)
-    for warning in rule.warnings():
-        log.warning("freshness: %s", warning)
+    rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
     with bind(host, port) as sock, mesh.store(rule) as store:  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one

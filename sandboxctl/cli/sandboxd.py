@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
-from sandboxctl.cli.options import parse_pool_flag
+from sandboxctl.cli.options import parse_pool_flag, service_logging
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
@@ -89,8 +89,7 @@ def serve_sandboxd(
     ] = 200_000,
 ) -> None:
     """Run the host agent: isolated sandboxes with warm pools and leases."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    log = logging.getLogger("sandboxctl.sandboxd")
+    log = service_logging("sandboxctl.sandboxd")
     host, port = parse_listen("--listen", listen)
     token = read_secret("--token-file", token_file) if token_file else None
     if token is None:

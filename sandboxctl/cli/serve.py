@@ -4,7 +4,6 @@ configuration (sandboxctl/fleet). See docs/serve.md and docs/envd-proxy.md."""
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +15,7 @@ from sandboxctl.cli.options import (
     StaleAfter,
     freshness_rule,
     parse_pool_flag,
+    service_logging,
 )
 from sandboxctl.core.freshness import (
     DEFAULT_PUBLISH_INTERVAL,
@@ -99,10 +99,9 @@ def serve(
 ) -> None:
     """Run a whole one-host development fleet: agent, Kubernetes-style API, e2b API and
     envd proxy."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per inventory poll
+    log = service_logging("sandboxctl.serve")
     pools = dict(parse_pool_flag(text) for text in pool or (DEFAULT_POOL,))
-    rule = freshness_rule(stale_after, reference, publish_interval)
+    rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     BubblewrapRuntime.check()  # root, the host tools, user namespaces: one line, exit 2
     state_dir = state_dir.absolute()
     check_traversable(state_dir)
