@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -21,7 +19,14 @@ from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from tests.apiserver.helpers import serving
 from tests.cli.conftest import Run
-from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until, write_token
+from tests.sandboxd.servers import (
+    free_port,
+    sandboxes_unavailable,
+    service_process,
+    status_of,
+    wait_until,
+    write_token,
+)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -137,33 +142,21 @@ def test_serve_apiserver_serves_e2b_beside_the_kube_api(state_dir: Path, tmp_pat
     try:
         with serving(create_app(agent, "root-token")) as agent_url:
             command = [
-                sys.executable, "-m", "sandboxctl", "serve-apiserver",
+                "serve-apiserver",
                 "--sandboxd-seeds", agent_url.removeprefix("http://"),
                 "--sandboxd-token-file", str(token), "--inventory-poll", "200ms",
                 "--listen", "127.0.0.1:0", "--kubeconfig-out", str(kubeconfig),
                 "--e2b-listen", f"127.0.0.1:{e2b_port}", "--e2b-api-key-file", str(keys),
                 "--e2b-domain", "example.test", "--e2b-envd-secret-file", str(secret),
             ]  # fmt: skip
-            with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
-                try:
-                    url = f"http://127.0.0.1:{e2b_port}"
-                    wait_until(lambda: _status(f"{url}/health") == 204 or process.poll())
-                    assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
-                    wait_until(kubeconfig.exists)
-                    listed = httpx.get(f"{url}/v2/sandboxes", headers={"X-API-Key": "e2b_key"})
-                    assert (listed.status_code, listed.json()) == (200, [])
-                    assert httpx.get(f"{url}/v2/sandboxes").status_code == 401
-                    process.send_signal(signal.SIGTERM)
-                    assert process.wait(timeout=20) == 0
-                finally:
-                    if process.poll() is None:
-                        process.kill()
+            url = f"http://127.0.0.1:{e2b_port}"
+            with service_process(command, f"{url}/health") as process:
+                assert status_of(f"{url}/health") == 204
+                wait_until(kubeconfig.exists)
+                listed = httpx.get(f"{url}/v2/sandboxes", headers={"X-API-Key": "e2b_key"})
+                assert (listed.status_code, listed.json()) == (200, [])
+                assert httpx.get(f"{url}/v2/sandboxes").status_code == 401
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=20) == 0
     finally:
         agent.stop(destroy=True)
-
-
-def _status(url: str) -> int | None:
-    try:
-        return httpx.get(url, timeout=2).status_code
-    except httpx.HTTPError:
-        return None

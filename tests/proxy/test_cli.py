@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -14,7 +12,7 @@ from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from tests.apiserver.helpers import serving
 from tests.cli.conftest import Run
-from tests.sandboxd.servers import free_port, wait_until, write_token
+from tests.sandboxd.servers import free_port, service_process, status_of, write_token
 
 
 def test_the_domain_is_required(run: Run, tmp_path: Path) -> None:
@@ -59,35 +57,21 @@ def test_it_serves_the_proxy_over_the_fleet(state_dir: Path, tmp_path: Path) -> 
                 *("--sandboxd-token-file", str(token), "--inventory-poll", "200ms"),
                 *("--listen", f"127.0.0.1:{port}"),
             ]
-            command = [sys.executable, "-m", "sandboxctl", "serve-proxy", *args]
-            with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as process:
-                try:
-                    url = f"http://127.0.0.1:{port}"
-                    wait_until(lambda: _status(f"{url}/healthz") or process.poll() is not None)
-                    assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
-                    assert _status(f"{url}/healthz") == 204
-                    headers = {
-                        "E2b-Sandbox-Id": "sb-0123abcd",
-                        "E2b-Sandbox-Port": "49983",
-                        "X-Access-Token": "0" * 64,
-                    }
-                    response = httpx.get(f"{url}/health", headers=headers, timeout=5)
-                    assert response.status_code == 502
-                    assert response.json() == {
-                        "code": 502,
-                        "message": "The sandbox sb-0123abcd was not found",
-                    }
-                    process.send_signal(signal.SIGTERM)
-                    assert process.wait(timeout=20) == 0
-                finally:
-                    if process.poll() is None:
-                        process.kill()
+            url = f"http://127.0.0.1:{port}"
+            with service_process(["serve-proxy", *args], f"{url}/healthz") as process:
+                assert status_of(f"{url}/healthz") == 204
+                headers = {
+                    "E2b-Sandbox-Id": "sb-0123abcd",
+                    "E2b-Sandbox-Port": "49983",
+                    "X-Access-Token": "0" * 64,
+                }
+                response = httpx.get(f"{url}/health", headers=headers, timeout=5)
+                assert response.status_code == 502
+                assert response.json() == {
+                    "code": 502,
+                    "message": "The sandbox sb-0123abcd was not found",
+                }
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=20) == 0
     finally:
         agent.stop(destroy=True)
-
-
-def _status(url: str) -> int | None:
-    try:
-        return httpx.get(url, timeout=2).status_code
-    except httpx.HTTPError:
-        return None

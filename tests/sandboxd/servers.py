@@ -76,22 +76,41 @@ def serving(agent: Agent, token: str | None) -> Iterator[str]:
 
 @contextmanager
 def agent_process(args: list[str], address: str) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `sandboxctl serve-sandboxd ARGS` until it answers; stop it at the end.
+    """Run `sandboxctl serve-sandboxd ARGS` until it answers; stop it at the end."""
+    with service_process(["serve-sandboxd", *args], f"http://{address}/metrics") as process:
+        yield process
 
-    Its output goes to a file, not a pipe nobody drains, which could stall the agent.
+
+@contextmanager
+def service_process(arguments: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `sandboxctl ARGUMENTS` until ``ready_url`` answers below 400; SIGTERM it at the
+    end unless the test has stopped it.
+
+    Its output goes to a file, not a pipe nobody drains, which could stall it.
     """
-    command = [sys.executable, "-m", "sandboxctl", "serve-sandboxd", *args]
+    command = [sys.executable, "-m", "sandboxctl", *arguments]
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: _answers(address) or process.poll() is not None, what="the agent")
+            wait_until(
+                lambda: (status_of(ready_url) or 500) < 400 or process.poll() is not None,
+                what=f"sandboxctl {arguments[0]} to answer",
+            )
             if process.poll() is not None:
                 log.seek(0)
                 output = log.read().decode(errors="replace")
-                raise AssertionError(f"agent exited with {process.returncode}: {output}")
+                raise AssertionError(f"{arguments[0]} exited with {process.returncode}: {output}")
             yield process
         finally:
             _stop(process)
+
+
+def status_of(url: str) -> int | None:
+    """The status ``url`` answers with, or None when nothing answers."""
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return None
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -102,13 +121,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def _answers(address: str) -> bool:
-    try:
-        return httpx.get(f"http://{address}/metrics", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def write_token(path: Path, token: str) -> Path:
