@@ -19,7 +19,7 @@ from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
 from sandboxctl.proxy.signature import BadSignature, file_signature
-from sandboxctl.proxy.upstream import Upstream, UpstreamError
+from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger("sandboxctl.proxy")
@@ -319,8 +319,7 @@ def _request_head(scope: Scope, headers: dict[str, str], owner: Owner, chunked: 
     query = scope.get("query_string") or b""
     if query:
         target += "?" + query.decode("latin-1")
-    host = owner.address.rpartition("://")[2].partition("/")[0]
-    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
+    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {authority(owner.address)}"]
     lines += [f"{name}: {value}" for name, value in _outbound_headers(scope, headers, owner)]
     if chunked:
         lines.append("transfer-encoding: chunked")

@@ -256,10 +256,15 @@ async def _send(
         raise UpstreamError(f"sending to the agent failed: {error}") from None
 
 
+def authority(address: str) -> str:
+    """The ``host:port`` of an agent address (``host:port`` or ``scheme://host:port[/...]``):
+    what its requests name as Host."""
+    return address.rpartition("://")[2].partition("/")[0]
+
+
 def _split(address: str) -> tuple[str, int, bool]:
-    """``host:port`` or ``scheme://host:port[/...]`` -> (host, port, tls)."""
-    scheme, _, rest = address.rpartition("://")
-    host, _, port = rest.partition("/")[0].rpartition(":")
+    """An agent address -> (host, port, tls)."""
+    host, _, port = authority(address).rpartition(":")
     if not host or not port.isdigit():
         raise UpstreamError(f"the agent address {address!r} has no host and port")
-    return host.strip("[]"), int(port), scheme == "https"
+    return host.strip("[]"), int(port), address.startswith("https://")
