@@ -35,12 +35,10 @@ from sandboxctl.envd.connect import (
     read_envelopes,
 )
 from sandboxctl.envd.filesystem import FilesystemService
+from sandboxctl.envd.host import SANDBOX_USER, Sandboxes, SandboxUnavailable
 from sandboxctl.envd.process import ProcessService
 from sandboxctl.envd.target import Target
 from sandboxctl.envd.watch import WatchService
-from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.bubblewrap import SANDBOX_USER
-from sandboxctl.sandboxd.errors import NotFound
 
 log = logging.getLogger("sandboxctl.envd")
 
@@ -49,26 +47,13 @@ PATH_PATTERN = r"^/v1/sandboxes/[^/]+/envd(/|$)"
 Authorize = Callable[[Request, str], bool]
 
 
-class _Unreachable(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
+def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
     processes = ProcessService()
     filesystem = FilesystemService()
     watchers = WatchService()
 
     def target_of(request: Request) -> Target:
-        sandbox_id = request.path_params["sandbox_id"]
-        try:
-            record = agent.get(sandbox_id)
-        except NotFound:
-            raise _Unreachable(f"The sandbox {sandbox_id} was not found") from None
-        if record.hibernated:
-            raise _Unreachable(f"The sandbox {sandbox_id} is paused")
-        return Target(agent.spec(record), agent.identity(record), agent.runtime)
+        return Target(sandboxes.running(request.path_params["sandbox_id"]))
 
     Handler = Callable[[Request, Target], Awaitable[Response]]
 
@@ -93,7 +78,7 @@ def create_envd_app(agent: Agent, authorize: Authorize) -> Starlette:
                 )
             try:
                 return await handler(request, target_of(request))
-            except _Unreachable as error:
+            except SandboxUnavailable as error:
                 return JSONResponse({"code": 502, "message": error.message}, status_code=502)
             except ConnectError as error:
                 return error_response(error) if rpc else files.error_reply(error)

@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sandboxctl.envd.connect import ConnectError
-from sandboxctl.sandboxd import bubblewrap
-from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
+from sandboxctl.envd.host import SANDBOX_HOME, RunningSandbox
 
-HOME = bubblewrap.SANDBOX_HOME
+HOME = SANDBOX_HOME
 # How long a command may take to appear inside a (loaded) sandbox before the pid of the
 # process spawned on the host is reported in place of its own.
 ENTER_SECONDS = 5.0
@@ -24,18 +23,16 @@ _TASKS: set[asyncio.Task[None]] = set()
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    spec: SandboxSpec
-    identity: Identity
-    runtime: Runtime
+    sandbox: RunningSandbox
 
     @property
     def id(self) -> str:
-        return self.spec.id
+        return self.sandbox.id
 
     @property
     def env(self) -> Mapping[str, str]:
-        """The sandbox's env vars from its claim (the agent's record, through its spec)."""
-        return self.spec.env
+        """The sandbox's env vars from its claim."""
+        return self.sandbox.env
 
     async def spawn(
         self,
@@ -46,16 +43,14 @@ class Target:
     ) -> asyncio.subprocess.Process:
         """Start ``argv`` inside the sandbox, in a session of its own; with ``terminal``
         (a pty's follower fd) as its stdin, stdout and stderr."""
-        command = await asyncio.to_thread(
-            self.runtime.enter_command, self.spec, self.identity, list(argv)
-        )
+        command = await asyncio.to_thread(self.sandbox.enter_command, list(argv))
         pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
         return await asyncio.create_subprocess_exec(
             *command,
             stdin=terminal if terminal is not None else pipe if stdin else devnull,
             stdout=terminal if terminal is not None else pipe,
             stderr=terminal if terminal is not None else pipe,
-            env=bubblewrap.sandbox_env(env),
+            env=self.sandbox.process_env(env),
             start_new_session=True,
         )
 
@@ -64,13 +59,10 @@ class Target:
         there: the pid ``ps`` and ``$$`` show in the sandbox. Until then a signal would
         find nothing to signal. A command that ends before it is seen, and a runtime
         without pid namespaces, give the pid of the process spawned on the host."""
-        entered = getattr(self.runtime, "entered", None)
-        if entered is None:
-            return process.pid, process.pid
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ENTER_SECONDS
         while process.returncode is None and loop.time() < deadline:
-            found: tuple[int, int] | None = entered(self.identity, process.pid)
+            found = self.sandbox.entered(process.pid)
             if found is not None:
                 return found
             await asyncio.sleep(ENTER_POLL_SECONDS)
@@ -107,12 +99,7 @@ class Target:
         """Signal every process of a command started by ``spawn`` (``pgid``: its pid),
         and of ``session``, the host pid of a command that made a session of its own
         (one with a terminal: its process group has that id)."""
-        signal_entered = getattr(self.runtime, "signal_entered", None)
-        if signal_entered is not None:
-            signal_entered(pgid, sig)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, sig)
+        self.sandbox.signal_command(pgid, sig)
         if session is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(session, sig)

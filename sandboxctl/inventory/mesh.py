@@ -11,9 +11,9 @@ A tick never waits longer than one poll interval: a node still busy when the tic
 counts as failed for it (its answer is still taken when it comes), and is not asked again
 until that request ends. ``snapshot()`` only reads an attribute and never blocks.
 
-This package may not import ``sandboxctl.sandboxd`` (the layers contract), so the two
-reads are made by :class:`HttpAgentClient`; any object with the same three methods, such
-as ``sandboxctl.sandboxd.client.SandboxdClient``, can be passed as ``client_factory``.
+The two reads are made by the agent API's client (``sandboxctl.agentapi``), which also
+turns the answers into models; any object with the same three methods (:class:`AgentReads`)
+can be passed as ``client_factory``, as tests do.
 """
 
 from __future__ import annotations
@@ -21,26 +21,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
-import httpx
-
+from sandboxctl.agentapi.client import AgentClient
+from sandboxctl.agentapi.errors import AgentAnswerError, AgentError, AgentUnreachable
+from sandboxctl.agentapi.mapping import ADVERTISE_FIELD, inventory_from_agent
+from sandboxctl.agentapi.models import AgentInfo, SandboxRow
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, SandboxctlError
 from sandboxctl.core.snapshot import FleetSnapshot
-from sandboxctl.inventory.mapping import AgentAnswerError, inventory_from_agent
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
 START_SECONDS = 3.0  # how long start() waits for a slow seed's first answer
 START_RETRY_SECONDS = 0.05
-ADVERTISE_FIELD = "info.advertise_addr"
 
 
 class MeshStartError(SandboxctlError):
@@ -48,63 +48,14 @@ class MeshStartError(SandboxctlError):
     misconfigured. The message is one line, naming the seed."""
 
 
-class AgentHTTPError(SandboxctlError):
-    """The agent answered with an error status (what ``SandboxdError`` is to the agent's
-    own client; both carry ``status``)."""
-
-    def __init__(self, status: int, message: str, address: str) -> None:
-        self.status = status
-        self.message = message
-        self.address = address
-        super().__init__(f"sandboxd {address}: {status} {message}")
-
-
-class AgentClient(Protocol):
+class AgentReads(Protocol):
     """The reads mesh mode needs from one agent."""
 
-    def info(self) -> Mapping[str, Any]: ...
+    def info(self) -> AgentInfo: ...
 
-    def sandboxes(self) -> Sequence[Mapping[str, Any]]: ...
+    def sandboxes(self) -> Sequence[SandboxRow]: ...
 
     def close(self) -> None: ...
-
-
-class HttpAgentClient:
-    """``GET /v1/info`` and ``GET /v1/sandboxes`` over httpx, with the root token."""
-
-    def __init__(self, address: str, token: str | None, timeout: float) -> None:
-        base = address if "://" in address else f"http://{address}"
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.address = address
-        self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def info(self) -> dict[str, Any]:
-        return self._get("/v1/info", "info")
-
-    def sandboxes(self) -> list[Any]:
-        rows = self._get("/v1/sandboxes", "sandboxes").get("sandboxes")
-        if not isinstance(rows, list):
-            raise AgentAnswerError("sandboxes", "expected a list of rows", self.address)
-        return rows
-
-    def _get(self, path: str, what: str) -> dict[str, Any]:
-        response = self._http.get(path)
-        if response.status_code >= 400:
-            try:
-                message = str(response.json().get("error", response.text))
-            except (ValueError, AttributeError):
-                message = response.text
-            raise AgentHTTPError(response.status_code, message.strip(), self.address)
-        try:
-            body = response.json()
-        except ValueError as error:
-            raise AgentAnswerError(what, "the answer is not JSON", self.address) from error
-        if not isinstance(body, dict):
-            raise AgentAnswerError(what, "the answer is not a JSON object", self.address)
-        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +89,7 @@ class MeshInventorySource:
         token: str | None,
         poll_interval: timedelta = DEFAULT_POLL_INTERVAL,
         clock: Clock | None = None,
-        client_factory: Callable[[str], AgentClient] | None = None,
+        client_factory: Callable[[str], AgentReads] | None = None,
     ) -> None:
         addresses = tuple(dict.fromkeys(s.strip() for s in seeds if s.strip()))
         if not addresses:
@@ -158,7 +109,7 @@ class MeshInventorySource:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._clients: dict[str, AgentClient] = {}
+        self._clients: dict[str, AgentReads] = {}
         self._in_flight: dict[str, Future[PollResult]] = {}
         self._node_of: dict[str, str] = {}  # address -> the node it last answered as
         self._streaks: dict[str, int] = {}  # address -> failed ticks in a row
@@ -286,11 +237,10 @@ class MeshInventorySource:
         except Exception as error:  # one node's failure is data, never the poller's end
             if isinstance(error, AgentAnswerError) and not error.address:
                 error = error.at(address)
-            status = getattr(error, "status", None)
             return PollResult(
                 address,
                 reason=_describe(error),
-                status=status if isinstance(status, int) else None,
+                status=error.status if isinstance(error, AgentError) else None,
                 error=error,
             )
         with self._lock:
@@ -347,7 +297,7 @@ class MeshInventorySource:
                 )
             return self._executor
 
-    def _client(self, address: str) -> AgentClient:
+    def _client(self, address: str) -> AgentReads:
         with self._lock:
             client = self._clients.get(address)
             if client is None:
@@ -355,8 +305,8 @@ class MeshInventorySource:
                 self._clients[address] = client
             return client
 
-    def _default_client(self, address: str) -> AgentClient:
-        return HttpAgentClient(address, self._token, timeout=self.poll_interval.total_seconds())
+    def _default_client(self, address: str) -> AgentReads:
+        return AgentClient(address, self._token, timeout=self.poll_interval.total_seconds())
 
 
 def _check_start(results: Sequence[PollResult]) -> None:
@@ -385,27 +335,14 @@ def _check_start(results: Sequence[PollResult]) -> None:
 
 def _describe(error: BaseException) -> str:
     """A short, one-line reason for a failed poll."""
-    status = getattr(error, "status", None)  # ours or SandboxdError: both carry it
     if isinstance(error, AgentAnswerError):
         text = f"{error.field}: {error.problem}" if error.field else error.problem
-    elif isinstance(error, httpx.TimeoutException):
-        text = "timed out"
-    elif isinstance(error, httpx.ConnectError) and _refused(error):
-        text = "connection refused"
-    elif isinstance(status, int):
-        message = getattr(error, "message", "") or str(error)
-        text = "refused the token (401)" if status == 401 else f"{status} {message}"
-    elif isinstance(error, httpx.HTTPError):
-        text = str(error) or type(error).__name__
+    elif isinstance(error, AgentUnreachable):
+        text = error.reason
+    elif isinstance(error, AgentError) and error.status == 401:
+        text = "refused the token (401)"
+    elif isinstance(error, AgentError):
+        text = f"{error.status} {error.message}"
     else:
         text = f"{type(error).__name__}: {error}"
     return " ".join(text.split())
-
-
-def _refused(error: BaseException) -> bool:
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "connection refused" in str(error).lower()

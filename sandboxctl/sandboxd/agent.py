@@ -12,16 +12,19 @@ import contextlib
 import fcntl
 import logging
 import secrets
+import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxctl.agentapi.models import AgentInfo, ClaimRequest, PoolStatus
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
+from sandboxctl.sandboxd.bubblewrap import kill_uid
 from sandboxctl.sandboxd.errors import (
     AtCapacity,
     BadRequest,
@@ -29,8 +32,17 @@ from sandboxctl.sandboxd.errors import (
     NotFound,
     StateDirInUse,
 )
-from sandboxctl.sandboxd.runtime import SIZE_LIMITS, Identity, Runtime, SandboxSpec, Size
+from sandboxctl.sandboxd.runtime import (
+    SIZE_LIMITS,
+    Identity,
+    Runtime,
+    RuntimeFailure,
+    SandboxSpec,
+    Size,
+)
+from sandboxctl.sandboxd.runtimedir import HOMES
 from sandboxctl.sandboxd.state import SandboxRecord, StateStore
+from sandboxctl.sandboxd.uids import UidClaims
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
@@ -42,18 +54,8 @@ MAX_METADATA_PAIRS = 16
 MAX_METADATA_BYTES = 4096
 BASE_TEMPLATE = "base"
 REFILL_RETRY_SECONDS = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRequest:
-    template: str
-    net: str = "none"
-    size: str = "small"
-    ttl_seconds: int = 0
-    claim_ref: str = ""
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    on_expire: str = "destroy"
-    env: Mapping[str, str] = field(default_factory=dict)  # for envd's processes; secret
+HOME_FILES = (".passwd", ".group", ".passwd.tmp", ".group.tmp")  # next to each home
+ORPHAN_KILL_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,11 @@ class AgentSettings:
     pools: Mapping[PoolKey, int] = field(default_factory=dict)
     uid_base: int = 200_000
     reap_interval: float = 1.0
+    # What sandbox uids reach (RUNTIME_DIR/homes; see runtimedir.py); None: the state dir.
+    runtime_dir: Path | None = None
+    # Host-wide uid claims shared with the other agents of this host (see uids.py), held
+    # by runtime_dir; None: uids are picked from uid_base up without asking anyone.
+    uid_claims: Path | None = None
 
 
 class Agent:
@@ -81,9 +88,14 @@ class Agent:
             raise BadRequest(f"template {BASE_TEMPLATE!r} is the host root and cannot be replaced")
         self.templates = {BASE_TEMPLATE: Path("/"), **settings.templates}
         self._lock_state_dir(settings.state_dir)
-        self._homes = settings.state_dir / "homes"
+        runtime_dir = settings.runtime_dir or settings.state_dir
+        self._homes = runtime_dir / HOMES
         self._homes.mkdir(parents=True, exist_ok=True)
         self._homes.chmod(0o711)  # sandbox uids must traverse to their own home
+        # Where an agent from before runtime dirs kept homes; adopted sandboxes keep theirs.
+        self._old_homes = settings.state_dir / HOMES if runtime_dir != settings.state_dir else None
+        self._in_old_homes: set[str] = set()
+        self._claims = UidClaims(settings.uid_claims, runtime_dir) if settings.uid_claims else None
         self._state = StateStore(settings.state_dir / "sandboxd.sqlite")
         self._lock = threading.RLock()
         self._records: dict[str, SandboxRecord] = {}
@@ -149,44 +161,98 @@ class Agent:
     def adopt(self) -> AdoptionReport:
         adopted: list[str] = []
         cleaned: list[str] = []
-        for record in self._state.sandboxes():
+        records = self._state.sandboxes()
+        if self._old_homes is not None and self._old_homes.is_dir():
+            self._in_old_homes = {r.id for r in records if (self._old_homes / r.id).exists()}
+        for record in records:
             identity = Identity(record.pid, record.start_time, record.pid_namespace)
             if self.runtime.alive(identity):
+                self._claim_adopted(record)
                 with self._lock:
                     self._add(record)
                 adopted.append(record.id)
+            elif self._uid_held_elsewhere(record.uid):
+                # A row from before uid claims whose uid another agent has taken since:
+                # destroying would kill that agent's sandbox. Its own processes are gone.
+                log.warning(
+                    "dead sandbox %s: its uid %d is another agent's now; forgetting it",
+                    record.id,
+                    record.uid,
+                )
+                self._remove_home(record.id)
+                self._state.delete(record.id)
+                cleaned.append(record.id)
             else:
                 self._cleanup(record, None)
                 cleaned.append(record.id)
         if adopted or cleaned:
             log.info("adopted %d sandboxes, cleaned up %d dead ones", len(adopted), len(cleaned))
+        self._clean_leftovers()
         return AdoptionReport(tuple(adopted), tuple(cleaned))
+
+    def _claim_adopted(self, record: SandboxRecord) -> None:
+        if self._claims is not None and not self._claims.take(record.uid, running=True):
+            log.warning(
+                "adopted sandbox %s runs as uid %d, which another agent claims",
+                record.id,
+                record.uid,
+            )
+
+    def _uid_held_elsewhere(self, uid: int) -> bool:
+        if self._claims is None:
+            return False
+        holder = self._claims.holder_of(uid)
+        return holder is not None and holder != self._claims.holder and holder.is_dir()
+
+    def _clean_leftovers(self) -> None:
+        """What a start cut short (the agent killed before the sandbox's row was written)
+        left: homes of no sandbox, and uids this agent claims for none, whose processes
+        are killed. An emptied homes dir of an older agent goes too."""
+        with self._lock:
+            keep = set(self._records)
+            uids = {record.uid for record in self._records.values()} | self._uids_in_use
+        for directory in (self._homes, self._old_homes):
+            if directory is not None and directory.is_dir():
+                for entry in directory.iterdir():
+                    if _sandbox_of(entry.name) not in keep:
+                        _remove(entry)
+        if self._old_homes is not None and self._old_homes.is_dir():
+            with contextlib.suppress(OSError):  # not empty: sandboxes adopted from there
+                self._old_homes.rmdir()
+        if self._claims is not None:
+            for uid in self._claims.held() - uids:
+                try:
+                    kill_uid(uid, ORPHAN_KILL_TIMEOUT)
+                except RuntimeFailure as error:  # the claim stays: tried again next start
+                    log.warning("uid %d of no sandbox: %s", uid, error)
+                else:
+                    self._claims.drop(uid)
 
     # --- reads -------------------------------------------------------------------------
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> AgentInfo:
         with self._lock:
             keys = sorted(set(self._targets) | {k for k, ids in self._warm.items() if ids})
             claimed = [r for r in self._records.values() if r.claimed]
-            return {
-                "node": self.settings.node,
-                "advertise_addr": self.settings.advertise_addr,
-                "pools": [
-                    {
-                        "key": _key_json(key),
-                        "warm": len(self._warm.get(key, ())),
-                        "target": self._targets.get(key, 0),
-                        "refilling": self._starting.get(key, 0),
-                    }
+            return AgentInfo(
+                node=self.settings.node,
+                advertise_addr=self.settings.advertise_addr,
+                pools=tuple(
+                    PoolStatus(
+                        key=key,
+                        warm=len(self._warm.get(key, ())),
+                        target=self._targets.get(key, 0),
+                        refilling=self._starting.get(key, 0),
+                    )
                     for key in keys
-                ],
-                "claimed": len(claimed),
-                "hibernated": sum(1 for r in claimed if r.hibernated),
-                "capacity": self.settings.max_sandboxes,
-                "at_capacity": len(claimed) >= self.settings.max_sandboxes,
-                "runtime": self.runtime.name,
-                "limits": self.runtime.limits_mode,
-            }
+                ),
+                claimed=len(claimed),
+                hibernated=sum(1 for r in claimed if r.hibernated),
+                capacity=self.settings.max_sandboxes,
+                at_capacity=len(claimed) >= self.settings.max_sandboxes,
+                runtime=self.runtime.name,
+                limits=self.runtime.limits_mode,
+            )
 
     def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRecord]:
         with self._lock:
@@ -214,7 +280,7 @@ class Agent:
             id=record.id,
             uid=record.uid,
             root=self.templates.get(record.template, Path("/")),
-            home=self._homes / record.id,
+            home=self._home(record.id),
             network=record.net == "egress",
             limits=SIZE_LIMITS[Size(record.size)],
             hostname=record.id.replace("_", "-"),
@@ -223,6 +289,17 @@ class Agent:
 
     def identity(self, record: SandboxRecord) -> Identity:
         return Identity(record.pid, record.start_time, record.pid_namespace)
+
+    def _home(self, sandbox_id: str) -> Path:
+        if self._old_homes is not None and sandbox_id in self._in_old_homes:
+            return self._old_homes / sandbox_id
+        return self._homes / sandbox_id
+
+    def _remove_home(self, sandbox_id: str) -> None:
+        home = self._home(sandbox_id)
+        for entry in (home, *(home.with_name(home.name + suffix) for suffix in HOME_FILES)):
+            _remove(entry)
+        self._in_old_homes.discard(sandbox_id)
 
     # --- verbs -------------------------------------------------------------------------
 
@@ -246,8 +323,7 @@ class Agent:
         try:
             record = self._start_sandbox(key, uid)
         except BaseException:
-            with self._lock:
-                self._uids_in_use.discard(uid)
+            self._free_uid(uid)
             raise
         finally:
             with self._lock:
@@ -365,7 +441,7 @@ class Agent:
                 log.exception("warm-pool refill of %s failed", key)
                 with self._lock:
                     self._starting[key] -= 1
-                    self._uids_in_use.discard(uid)
+                self._free_uid(uid)
                 raise
             with self._lock:
                 self._starting[key] -= 1
@@ -376,7 +452,7 @@ class Agent:
     # --- internals (callers hold the lock where noted) -----------------------------------
 
     def _check_claim(self, request: ClaimRequest) -> PoolKey:
-        key = PoolKey.of(request.template, request.net, request.size)
+        key = request.key
         self._check_key(key)
         _ttl(request.ttl_seconds)
         if request.on_expire not in ON_EXPIRE:
@@ -428,13 +504,22 @@ class Agent:
         raise AtCapacity(f"node {self.settings.node} is at capacity")
 
     def _reserve(self, key: PoolKey) -> int:
-        """Under the lock: count a start in progress and pick a host uid for it."""
+        """Under the lock: count a start in progress and pick a host uid for it: the
+        lowest from uid_base up that this agent does not use and, with uid claims, that
+        no other agent claims and no process runs as."""
         self._starting[key] = self._starting.get(key, 0) + 1
         uid = self.settings.uid_base
-        while uid in self._uids_in_use:
+        while uid in self._uids_in_use or (self._claims is not None and not self._claims.take(uid)):
             uid += 1
         self._uids_in_use.add(uid)
         return uid
+
+    def _free_uid(self, uid: int) -> None:
+        """A uid no sandbox of this agent has any more (destroyed, or never started)."""
+        if self._claims is not None:
+            self._claims.drop(uid)
+        with self._lock:
+            self._uids_in_use.discard(uid)
 
     def _next_refill(self) -> PoolKey | None:
         """Under the lock: the pool furthest below its target, if there is room."""
@@ -521,8 +606,8 @@ class Agent:
         # and the uid, so the sandbox is retried at the next start instead of leaking.
         self.runtime.destroy(self.spec(record), identity)
         self._state.delete(record.id)
-        with self._lock:
-            self._uids_in_use.discard(record.uid)
+        self._in_old_homes.discard(record.id)
+        self._free_uid(record.uid)
 
     def _now(self) -> float:
         return self.clock.now().timestamp()
@@ -562,8 +647,16 @@ def _check_env(env: Mapping[str, str]) -> None:
         raise BadRequest(str(error)) from None
 
 
-def _key_json(key: PoolKey) -> dict[str, str]:
-    return {"template": key.template, "net": key.net, "size": key.size}
+def _sandbox_of(name: str) -> str:
+    """The sandbox a homes-dir entry belongs to: ``ID``, ``ID.passwd``, ``ID.group``..."""
+    return name.split(".", 1)[0]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)  # fd-based: symlinks inside are not followed
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _guarded(name: str, loop: Any) -> Any:

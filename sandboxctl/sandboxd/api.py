@@ -6,6 +6,10 @@ token, and ``/metrics``, which is open. envd, the e2b data plane of each sandbox
 (``sandboxctl.envd``), is served under ``/v1/sandboxes/{id}/envd/`` with the same
 root-or-sandbox auth, outside the body cap. Without a root token (development mode) nothing is
 checked, and the CLI only allows a loopback listen address.
+
+Every request body and answer is a model of ``sandboxctl.agentapi``, the contract the
+client reads with: bodies are read strictly (a bad field is a 400 naming it), answers are
+written by the models' ``to_json``.
 """
 
 from __future__ import annotations
@@ -16,19 +20,29 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandboxctl.agentapi.errors import AgentAnswerError
+from sandboxctl.agentapi.models import (
+    ClaimGrant,
+    ClaimRequest,
+    PoolsUpdate,
+    RenewAnswer,
+    RenewRequest,
+    SandboxList,
+    SandboxRow,
+)
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.app import PATH_PATTERN, create_envd_app
-from sandboxctl.sandboxd.agent import Agent, ClaimRequest
-from sandboxctl.sandboxd.errors import AgentError, PayloadTooLarge, Unauthorized
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.envd_host import AgentSandboxes
+from sandboxctl.sandboxd.errors import AgentError, BadRequest, PayloadTooLarge, Unauthorized
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
@@ -37,37 +51,7 @@ MAX_BODY_BYTES = 1 << 20
 ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ClaimBody(_Strict):
-    template: str = Field(min_length=1)
-    net: str = "none"
-    size: str = "small"
-    ttl_seconds: int = 0
-    claim_ref: str = ""
-    metadata: dict[str, str] = Field(default_factory=dict)
-    on_expire: str = "destroy"
-    env: dict[str, str] = Field(default_factory=dict)  # stored, never returned
-    no_redirect: bool = False  # accepted for upstream clients; this agent never redirects
-
-
-class RenewBody(_Strict):
-    ttl_seconds: int = 0
-    on_expire: str | None = None
-
-
-class PoolBody(_Strict):
-    template: str = Field(min_length=1)
-    net: str = "none"
-    size: str = "small"
-    warm: int = Field(ge=0)
-
-
-class PoolsBody(_Strict):
-    pools: list[PoolBody]
+Body = TypeVar("Body", ClaimRequest, RenewRequest, PoolsUpdate)
 
 
 def create_app(agent: Agent, root_token: str | None) -> FastAPI:
@@ -100,36 +84,28 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
 
     @app.get("/v1/info", dependencies=as_root)
     def info() -> dict[str, Any]:
-        return agent.info()
+        return agent.info().to_json()
 
     @app.get("/v1/sandboxes", dependencies=as_root)
     def list_sandboxes(claim_ref: str | None = None) -> dict[str, Any]:
-        return {"sandboxes": [sandbox_json(r) for r in agent.sandboxes(claim_ref)]}
+        rows = tuple(sandbox_row(r) for r in agent.sandboxes(claim_ref))
+        return SandboxList(rows).to_json()
 
     @app.get("/v1/sandboxes/{sandbox_id}", dependencies=as_root)
     def get_sandbox(sandbox_id: str) -> dict[str, Any]:
-        return sandbox_json(agent.get(sandbox_id), with_token=True)
+        return sandbox_row(agent.get(sandbox_id), with_token=True).to_json()
 
     @app.post("/v1/claim", dependencies=as_root)
-    def claim(body: ClaimBody) -> dict[str, Any]:
-        record = agent.claim(
-            ClaimRequest(
-                template=body.template,
-                net=body.net,
-                size=body.size,
-                ttl_seconds=body.ttl_seconds,
-                claim_ref=body.claim_ref,
-                metadata=body.metadata,
-                on_expire=body.on_expire,
-                env=body.env,
-            )
+    def claim(request: ClaimBody) -> dict[str, Any]:
+        record = agent.claim(request)
+        grant = ClaimGrant(
+            id=record.id,
+            token=record.token,
+            deadline=_time(record.deadline),
+            owner_addr=agent.settings.advertise_addr,
+            sandbox=sandbox_row(record),  # so the caller can show it before the next publish
         )
-        return {
-            "id": record.id,
-            "token": record.token,
-            "deadline": _iso(record.deadline),
-            "owner_addr": agent.settings.advertise_addr,
-        }
+        return grant.to_json()
 
     @app.post(
         "/v1/sandboxes/{sandbox_id}/release", status_code=204, dependencies=as_root_or_sandbox
@@ -139,9 +115,9 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         return Response(status_code=204)
 
     @app.post("/v1/sandboxes/{sandbox_id}/renew", dependencies=as_root_or_sandbox)
-    def renew(sandbox_id: str, body: RenewBody) -> dict[str, Any]:
-        record = agent.renew(sandbox_id, body.ttl_seconds, body.on_expire)
-        return {"deadline": _iso(record.deadline)}
+    def renew(sandbox_id: str, request: RenewBody) -> dict[str, Any]:
+        record = agent.renew(sandbox_id, request.ttl_seconds, request.on_expire)
+        return RenewAnswer(_time(record.deadline)).to_json()
 
     @app.post(
         "/v1/sandboxes/{sandbox_id}/hibernate", status_code=204, dependencies=as_root_or_sandbox
@@ -156,13 +132,12 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         return Response(status_code=204)
 
     @app.put("/v1/pools", dependencies=as_root)
-    def put_pools(body: PoolsBody) -> dict[str, Any]:
+    def put_pools(update: PoolsBody) -> dict[str, Any]:
         targets: dict[PoolKey, int] = {}
-        for pool in body.pools:
-            key = PoolKey.of(pool.template, pool.net, pool.size)
-            targets[key] = targets.get(key, 0) + pool.warm
+        for pool in update.pools:
+            targets[pool.key] = targets.get(pool.key, 0) + pool.warm
         agent.set_pools(targets)
-        return agent.info()
+        return agent.info().to_json()
 
     @app.get("/metrics")
     def prometheus() -> Response:
@@ -171,35 +146,62 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     _install_error_handlers(app)
     app.middleware("http")(_counting(metrics))
     # envd streams large bodies both ways: it bypasses the body cap and the middleware
-    envd = create_envd_app(agent, may_act_on)
+    envd = create_envd_app(AgentSandboxes(agent), may_act_on)
     app.state.envd = envd
     return BodyLimit(app, envd=envd)  # type: ignore[return-value]
 
 
-def sandbox_json(record: SandboxRecord, with_token: bool = False) -> dict[str, Any]:
+def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
     # Never the claim's env: its values may be secrets, and every reader of the fleet
     # (the mesh inventory, the API servers) reads these rows.
     limits = SIZE_LIMITS[Size(record.size)]
-    body: dict[str, Any] = {
-        "id": record.id,
-        "key": {"template": record.template, "net": record.net, "size": record.size},
-        "deadline": _iso(record.deadline),
-        "claimed_at": _iso(record.claimed_at),
-        "hibernated": record.hibernated,
-        "claim_ref": record.claim_ref,
-        "metadata": record.metadata,
-        "cpu_count": limits.cpu_count,
-        "mem_total_bytes": limits.memory_bytes,
-    }
-    if with_token:
-        body["token"] = record.token
-    return body
+    return SandboxRow(
+        id=record.id,
+        key=record.key,
+        deadline=_time(record.deadline),
+        claimed_at=_time(record.claimed_at),
+        hibernated=record.hibernated,
+        claim_ref=record.claim_ref,
+        metadata=record.metadata,
+        cpu_count=limits.cpu_count,
+        mem_total_bytes=limits.memory_bytes,
+        token=record.token if with_token else None,
+    )
 
 
-def _iso(timestamp: float | None) -> str | None:
-    if timestamp is None:
-        return None
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def body_of(model: type[Body]) -> Callable[[Request], Awaitable[Body]]:
+    """A dependency that reads a request body into ``model``: JSON only, a bad field a
+    400 naming it (the models read request bodies strictly)."""
+
+    async def read(request: Request) -> Body:
+        raw = await request.body()
+        if not raw:
+            raise BadRequest("a JSON object body is required")
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type and not (media_type.endswith("/json") or media_type.endswith("+json")):
+            raise BadRequest("the body must be JSON (Content-Type: application/json)")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise BadRequest("request body is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise BadRequest("a JSON object body is required")
+        try:
+            return model.from_json(value)
+        except AgentAnswerError as error:
+            raise BadRequest(str(error)) from None
+
+    return read
+
+
+# Route parameters: the request body, read into its model before the route runs.
+ClaimBody = Annotated[ClaimRequest, Depends(body_of(ClaimRequest))]
+RenewBody = Annotated[RenewRequest, Depends(body_of(RenewRequest))]
+PoolsBody = Annotated[PoolsUpdate, Depends(body_of(PoolsUpdate))]
+
+
+def _time(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
 
 
 def _bearer(request: Request) -> str:

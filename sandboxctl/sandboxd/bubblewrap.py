@@ -57,12 +57,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from sandboxctl.envd.host import SANDBOX_HOME, SANDBOX_USER
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.cgroups import Cgroups, join_command
 from sandboxctl.sandboxd.runtime import Identity, Limits, RuntimeFailure, SandboxSpec
 
-SANDBOX_HOME = "/home/user"
-SANDBOX_USER = "user"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0

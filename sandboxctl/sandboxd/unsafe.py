@@ -17,12 +17,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sandboxctl.envd.host import SANDBOX_HOME
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.bubblewrap import (
     FREEZE_TIMEOUT,
     LAUNCHERS,
     READY_SCRIPT,
-    SANDBOX_HOME,
     START_TIMEOUT,
     STOP_TIMEOUT,
     check_path,

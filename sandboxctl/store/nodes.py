@@ -11,9 +11,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-import httpx
-
-from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
+from sandboxctl.agentapi.client import AgentClient
+from sandboxctl.agentapi.errors import AgentApiError, AgentError, AgentUnreachable
 
 T = TypeVar("T")
 LIVE_TIMEOUT = 0.5  # a live lookup's budget per node
@@ -27,16 +26,16 @@ class NodeAccess:
         self,
         token: str | None,
         timeout: float = 10.0,
-        client_factory: Callable[[str, str | None, float], SandboxdClient] | None = None,
+        client_factory: Callable[[str, str | None, float], AgentClient] | None = None,
     ) -> None:
         self._token = token
         self._timeout = timeout
-        self._factory = client_factory or (lambda a, t, s: SandboxdClient(a, t, timeout=s))
-        self._clients: dict[tuple[str, float], SandboxdClient] = {}
+        self._factory = client_factory or (lambda a, t, s: AgentClient(a, t, timeout=s))
+        self._clients: dict[tuple[str, float], AgentClient] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=FAN_OUT, thread_name_prefix="node-fan-out")
 
-    def client(self, address: str, timeout: float | None = None) -> SandboxdClient:
+    def client(self, address: str, timeout: float | None = None) -> AgentClient:
         key = (address, timeout or self._timeout)
         with self._lock:
             client = self._clients.get(key)
@@ -45,12 +44,12 @@ class NodeAccess:
                 self._clients[key] = client
             return client
 
-    def live(self, address: str) -> SandboxdClient:
+    def live(self, address: str) -> AgentClient:
         """A client whose calls give up after the live-lookup budget."""
         return self.client(address, LIVE_TIMEOUT)
 
     def first_hit(
-        self, addresses: Sequence[str], ask: Callable[[SandboxdClient], T | None]
+        self, addresses: Sequence[str], ask: Callable[[AgentClient], T | None]
     ) -> T | None:
         """Ask every node concurrently; the first non-empty answer wins and the rest are
         abandoned. A node that fails or times out counts as a miss."""
@@ -77,10 +76,10 @@ class NodeAccess:
             self._clients.clear()
 
 
-def _quietly(ask: Callable[[SandboxdClient], T | None], client: SandboxdClient) -> T | None:
+def _quietly(ask: Callable[[AgentClient], T | None], client: AgentClient) -> T | None:
     try:
         return ask(client)
-    except (SandboxdError, httpx.HTTPError, ValueError, KeyError):
+    except AgentApiError:
         return None
 
 
@@ -88,6 +87,6 @@ def undelivered(error: Exception) -> bool:
     """True when a claim certainly did not land, so another node may be tried: the node
     refused it (429), failed (5xx) or could not be dialled. A timeout after the request
     went out is not: the node may have granted it."""
-    if isinstance(error, SandboxdError):
+    if isinstance(error, AgentError):
         return error.status == 429 or error.status >= 500
-    return isinstance(error, httpx.ConnectError | httpx.ConnectTimeout)
+    return isinstance(error, AgentUnreachable) and error.undelivered

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxctl.sandboxd.agent import Agent, AgentSettings, ClaimRequest
+from sandboxctl.agentapi import ClaimRequest
+from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from tests.envd.wire import Envd
 from tests.sandboxd.servers import sandboxes_unavailable, serving
 

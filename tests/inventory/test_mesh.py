@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import uvicorn
 
+from sandboxctl.agentapi import AgentClient, AgentInfo, ClaimRequest, SandboxList, SandboxRow
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import FreshnessRule, NodeState
@@ -29,13 +30,11 @@ from sandboxctl.core.snapshot import FleetView
 from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.mesh import (
     START_SECONDS,
-    AgentClient,
     MeshInventorySource,
     MeshStartError,
 )
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.client import SandboxdClient
 from tests.sandboxd.conftest import BASE, T0
 from tests.sandboxd.servers import free_port, sandboxes_unavailable, wait_until
 
@@ -106,8 +105,8 @@ class Host:
             self.agent.stop(destroy=True)
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def client(self) -> SandboxdClient:
-        return SandboxdClient(self.address, ROOT if self.token else None)
+    def client(self) -> AgentClient:
+        return AgentClient(self.address, ROOT if self.token else None)
 
 
 MakeHost = Callable[..., Host]
@@ -172,34 +171,26 @@ def _mesh_threads(source: MeshInventorySource) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t is source._thread]
 
 
-def _factory(kind: str) -> Callable[[str], AgentClient] | None:
-    if kind == "sandboxd-client":
-        return lambda address: SandboxdClient(address, ROOT, timeout=POLL.total_seconds())
-    return None  # the source's own httpx client
-
-
 # --- start() and what it lists ---------------------------------------------------------
 
 
 @needs_sandboxes
-@pytest.mark.parametrize("client", ["default", "sandboxd-client"])
 def test_start_lists_both_nodes_with_their_entries(
     make_host: MakeHost,
     sources: Callable[..., MeshInventorySource],
     clock: ManualClock,
-    client: str,
 ) -> None:
     a, b = make_host("node-a"), make_host("node-b")
     with a.client() as on_a, b.client() as on_b:
-        x_on_a = on_a.claim("base", claim_ref="default/x", metadata={"k": "v"}, ttl_seconds=120)
-        anonymous = on_a.claim("base")
-        x_on_b = on_b.claim("base", claim_ref="default/x")
-        paused = on_b.claim("base", claim_ref="team/y")
-        on_b.hibernate(paused["id"])
+        x_on_a = on_a.claim(
+            ClaimRequest("base", claim_ref="default/x", metadata={"k": "v"}, ttl_seconds=120)
+        )
+        anonymous = on_a.claim(ClaimRequest("base"))
+        x_on_b = on_b.claim(ClaimRequest("base", claim_ref="default/x"))
+        paused = on_b.claim(ClaimRequest("base", claim_ref="team/y"))
+        on_b.hibernate(paused.id)
 
-    source = sources(
-        [a.address, b.address], poll_interval=POLL, clock=clock, client_factory=_factory(client)
-    )
+    source = sources([a.address, b.address], poll_interval=POLL, clock=clock)
     assert isinstance(source, InventorySource)
     source.start()
     assert [t.is_alive() for t in _mesh_threads(source)] == [True]
@@ -210,7 +201,7 @@ def test_start_lists_both_nodes_with_their_entries(
     assert inventory_a is not None
     assert (inventory_a.address, inventory_a.published_at) == (a.address, T0)
     assert inventory_a.pools == (Pool(BASE, warm=0, target=1),)
-    assert _names(view, "node-a") == sorted(["default/x", anonymous["id"]])
+    assert _names(view, "node-a") == sorted(["default/x", anonymous.id])
     assert _names(view, "node-b") == ["default/x", "team/y"]
     assert [located.node for located in view.lookup_name("default", "x")] == ["node-a", "node-b"]
 
@@ -218,7 +209,7 @@ def test_start_lists_both_nodes_with_their_entries(
     assert x == Entry(
         name="default/x",
         phase="Running",
-        id=x_on_a["id"],
+        id=x_on_a.id,
         template="base",
         claim_ref="default/x",
         deadline=T0 + timedelta(seconds=120),
@@ -227,12 +218,12 @@ def test_start_lists_both_nodes_with_their_entries(
         cpu_count=1,
         memory_bytes=512 << 20,
     )
-    by_id = view.lookup_claim_id(anonymous["id"])
+    by_id = view.lookup_claim_id(anonymous.id)
     assert by_id is not None
     assert (by_id.node, by_id.entry.name, by_id.entry.claim_ref) == (
         "node-a",
-        anonymous["id"],
-        anonymous["id"],
+        anonymous.id,
+        anonymous.id,
     )
     y = view.lookup_name("team", "y")
     assert [(loc.node, loc.entry.phase) for loc in y] == [("node-b", "Hibernated")]
@@ -241,14 +232,14 @@ def test_start_lists_both_nodes_with_their_entries(
 
     # A release and a new claim show on the next tick, stamped at that tick.
     with a.client() as on_a, b.client() as on_b:
-        on_a.release(x_on_a["id"])
-        on_b.claim("base", claim_ref="team/z")
+        on_a.release(x_on_a.id)
+        on_b.claim(ClaimRequest("base", claim_ref="team/z"))
     clock.advance(POLL)
     assert all(result.ok for result in source.poll_once())
     view = _view(source, clock)
-    assert _names(view, "node-a") == [anonymous["id"]]
+    assert _names(view, "node-a") == [anonymous.id]
     assert _names(view, "node-b") == ["default/x", "team/y", "team/z"]
-    assert [loc.entry.id for loc in view.lookup_name("default", "x")] == [x_on_b["id"]]
+    assert [loc.entry.id for loc in view.lookup_name("default", "x")] == [x_on_b.id]
     assert view.inventory("node-b").published_at == T0 + POLL  # type: ignore[union-attr]
 
     started = time.monotonic()
@@ -265,7 +256,7 @@ def test_the_background_thread_polls_on_its_own(
     source = sources([a.address], poll_interval=timedelta(milliseconds=100))
     source.start()
     with a.client() as on_a:
-        on_a.claim("base", claim_ref="default/late")
+        on_a.claim(ClaimRequest("base", claim_ref="default/late"))
 
     def listed() -> bool:
         record = source.snapshot().record("node-a")
@@ -280,26 +271,17 @@ def test_the_background_thread_polls_on_its_own(
 
 
 @needs_sandboxes
-@pytest.mark.parametrize("client", ["default", "sandboxd-client"])
 @pytest.mark.parametrize("token", ["not-the-root-token", None])
 def test_a_seed_refusing_the_token_fails_start_naming_it(
     make_host: MakeHost,
     sources: Callable[..., MeshInventorySource],
     clock: ManualClock,
-    client: str,
     token: str | None,
 ) -> None:
     refusing = make_host("node-a", token=ROOT)
     accepting = make_host("node-b", token=token)  # answers this source: one refusal is enough
-    factory = _factory(client)
-    if factory is not None:
-        factory = lambda address: SandboxdClient(address, token)  # noqa: E731
     source = sources(
-        [accepting.address, refusing.address],
-        token=token,
-        poll_interval=POLL,
-        clock=clock,
-        client_factory=factory,
+        [accepting.address, refusing.address], token=token, poll_interval=POLL, clock=clock
     )
     with pytest.raises(MeshStartError) as error:
         source.start()
@@ -356,7 +338,7 @@ def test_a_seed_slower_than_the_poll_interval_at_first_still_starts(
     class SlowAtFirst(_FakeClient):
         calls = 0
 
-        def info(self) -> Mapping[str, Any]:
+        def info(self) -> AgentInfo:
             SlowAtFirst.calls += 1
             if SlowAtFirst.calls == 1:
                 time.sleep(0.3)  # the agent busy starting its pools: 3 ticks of 100 ms
@@ -376,14 +358,16 @@ def test_a_seed_slower_than_the_poll_interval_at_first_still_starts(
 
 
 class _FakeClient:
+    """Answers as an agent would, read through the models as the real client reads them."""
+
     def __init__(self, info: Mapping[str, Any], rows: Sequence[Any]) -> None:
         self._info, self._rows = info, rows
 
-    def info(self) -> Mapping[str, Any]:
-        return self._info
+    def info(self) -> AgentInfo:
+        return AgentInfo.from_json(self._info)
 
-    def sandboxes(self) -> Sequence[Mapping[str, Any]]:
-        return self._rows
+    def sandboxes(self) -> Sequence[SandboxRow]:
+        return SandboxList.from_json({"sandboxes": self._rows}).sandboxes
 
     def close(self) -> None:
         pass
@@ -426,8 +410,8 @@ def test_a_silent_node_keeps_its_last_inventory_until_stale_then_returns(
 ) -> None:
     a, b = make_host("node-a"), make_host("node-b")
     with a.client() as on_a, b.client() as on_b:
-        on_a.claim("base", claim_ref="default/x")
-        on_b.claim("base", claim_ref="default/x")
+        on_a.claim(ClaimRequest("base", claim_ref="default/x"))
+        on_b.claim(ClaimRequest("base", claim_ref="default/x"))
     source = sources([a.address, b.address], poll_interval=POLL, clock=clock)
     source.start()
     caplog.set_level(logging.INFO, logger=LOGGER)
@@ -483,8 +467,8 @@ def test_a_poller_that_loses_every_node_keeps_everyone(
 ) -> None:
     a, b = make_host("node-a"), make_host("node-b")
     with a.client() as on_a, b.client() as on_b:
-        on_a.claim("base", claim_ref="default/x")
-        on_b.claim("base", claim_ref="default/y")
+        on_a.claim(ClaimRequest("base", claim_ref="default/x"))
+        on_b.claim(ClaimRequest("base", claim_ref="default/y"))
     source = sources([a.address, b.address], poll_interval=POLL, clock=clock)
     source.start()
 

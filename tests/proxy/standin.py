@@ -61,7 +61,8 @@ class StandIn:
             elif token is None:
                 await _json(send, 404, {"error": f"sandbox {claim_id} not found"})
             else:
-                await _json(send, 200, {"id": claim_id, "token": token, "state": "running"})
+                row = {"id": claim_id, "key": {"template": "base"}, "token": token}
+                await _json(send, 200, row)
             return
         if token is None or parts[4] != "envd":
             await _json(send, 404, {"error": "not found"})

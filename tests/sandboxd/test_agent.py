@@ -10,16 +10,17 @@ from datetime import timedelta
 
 import pytest
 
+from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
-from sandboxctl.sandboxd.agent import Agent, ClaimRequest
+from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound, StateDirInUse
 from tests.sandboxd.conftest import BASE, T0
 from tests.sandboxd.servers import wait_until
 
 
 def _warm(agent: Agent, key: PoolKey = BASE) -> int:
-    return next(p["warm"] for p in agent.info()["pools"] if p["key"]["template"] == key.template)
+    return next(p.warm for p in agent.info().pools if p.key.template == key.template)
 
 
 def _alive(agent: Agent, sandbox_id: str) -> bool:
@@ -38,7 +39,7 @@ def test_a_claim_takes_a_warm_sandbox_and_the_refill_restores_the_pool(agent: Ag
     assert record.deadline == (T0 + timedelta(seconds=300)).timestamp()
     assert record.claimed_at == T0.timestamp()
     assert _warm(agent) == 1
-    assert agent.info()["claimed"] == 1
+    assert agent.info().claimed == 1
     assert agent.refill_once() == 1
     assert _warm(agent) == 2
 
@@ -106,7 +107,7 @@ def test_hibernate_and_wake_each_refuse_the_wrong_state(agent: Agent) -> None:
     with pytest.raises(Conflict):
         agent.wake(record.id)
     agent.hibernate(record.id)
-    assert agent.info()["hibernated"] == 1
+    assert agent.info().hibernated == 1
     with pytest.raises(Conflict):
         agent.hibernate(record.id)
     agent.wake(record.id)
@@ -117,7 +118,7 @@ def test_at_capacity_a_claim_is_refused(make_agent) -> None:  # type: ignore[no-
     agent: Agent = make_agent(max_sandboxes=2, pools={})
     agent.claim(ClaimRequest(template="base"))
     agent.claim(ClaimRequest(template="base"))
-    assert agent.info()["at_capacity"] is True
+    assert agent.info().at_capacity is True
     with pytest.raises(AtCapacity):
         agent.claim(ClaimRequest(template="base"))
 
@@ -141,7 +142,7 @@ def test_set_pools_replaces_every_target_and_drains_the_rest(agent: Agent) -> No
     agent.set_pools({medium: 1})
     agent.refill_once()
 
-    pools = {(p["key"]["size"], p["target"], p["warm"]) for p in agent.info()["pools"]}
+    pools = {(p.key.size, p.target, p.warm) for p in agent.info().pools}
     assert pools == {("medium", 1, 1)}
     assert not any(sandbox_id in agent._records for sandbox_id in drained)
 

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from sandboxctl.agentapi import AgentClient, AgentError, ClaimRequest, PoolTarget
+from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import sandbox_env
-from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
 from tests.sandboxd.servers import serving
 
 ROOT = "root-token-for-tests"
@@ -26,12 +27,12 @@ def address(agent: Agent) -> Iterator[str]:
 
 
 @pytest.fixture
-def client(address: str) -> Iterator[SandboxdClient]:
-    with SandboxdClient(address, ROOT) as client:
+def client(address: str) -> Iterator[AgentClient]:
+    with AgentClient(address, ROOT) as client:
         yield client
 
 
-def _requests(client: SandboxdClient, route: str, method: str, status: int) -> float:
+def _requests(client: AgentClient, route: str, method: str, status: int) -> float:
     pattern = (
         rf'sandboxd_requests_total\{{method="{method}",route="{re.escape(route)}",'
         rf'status="{status}"\}} ([0-9.e+]+)'
@@ -40,8 +41,8 @@ def _requests(client: SandboxdClient, route: str, method: str, status: int) -> f
     return float(match.group(1)) if match else 0.0
 
 
-def test_info_lists_pools_counts_and_capacity(client: SandboxdClient) -> None:
-    info = client.info()
+def test_info_lists_pools_counts_and_capacity(client: AgentClient) -> None:
+    info = client.info().to_json()
     assert info["node"] == "n1"
     assert info["advertise_addr"] == "127.0.0.1:7777"
     assert info["pools"] == [
@@ -53,84 +54,93 @@ def test_info_lists_pools_counts_and_capacity(client: SandboxdClient) -> None:
     )  # fmt: skip
 
 
-def test_claim_list_get_release(client: SandboxdClient) -> None:
-    claimed = client.claim("base", claim_ref="team/a", metadata={"owner": "x"}, ttl_seconds=120)
-    assert set(claimed) == {"id", "token", "deadline", "owner_addr"}
-    assert claimed["owner_addr"] == "127.0.0.1:7777"
-    client.claim("base", claim_ref="team/b")
+def test_claim_list_get_release(client: AgentClient) -> None:
+    claimed = client.claim(
+        ClaimRequest("base", claim_ref="team/a", metadata={"owner": "x"}, ttl_seconds=120)
+    )
+    assert set(claimed.to_json()) == {"id", "token", "deadline", "owner_addr", "sandbox"}
+    assert claimed.owner_addr == "127.0.0.1:7777"
+    client.claim(ClaimRequest("base", claim_ref="team/b"))
 
     rows = client.sandboxes(claim_ref="team/a")
-    assert [r["id"] for r in rows] == [claimed["id"]]
-    row = rows[0]
+    assert [r.id for r in rows] == [claimed.id]
+    assert claimed.sandbox == rows[0]  # the grant carries the row the list shows
+    row = rows[0].to_json()
     assert row["key"] == {"template": "base", "net": "none", "size": "small"}
     assert row["metadata"] == {"owner": "x"}
-    assert row["deadline"] == claimed["deadline"]
+    assert rows[0].deadline == claimed.deadline
     assert row["hibernated"] is False
     assert row["cpu_count"] == 1
     assert row["mem_total_bytes"] == 512 << 20
     assert "token" not in row
-    assert client.get(claimed["id"])["token"] == claimed["token"]
+    assert client.get(claimed.id).token == claimed.token
     assert len(client.sandboxes()) == 2
     assert client.sandboxes(claim_ref="team") == []
 
-    client.release(claimed["id"])
-    with pytest.raises(SandboxdError) as gone:
-        client.release(claimed["id"])
+    client.release(claimed.id)
+    with pytest.raises(AgentError) as gone:
+        client.release(claimed.id)
     assert gone.value.status == 404
 
 
 def test_a_claims_env_is_stored_and_never_listed(
-    agent: Agent, address: str, client: SandboxdClient
+    agent: Agent, address: str, client: AgentClient
 ) -> None:
     secret = "s3cr3t-" + "x" * 20
-    claimed = client.claim("base", claim_ref="team/a", env={"API_KEY": secret, "FOO": "bar"})
+    claimed = client.claim(
+        ClaimRequest("base", claim_ref="team/a", env={"API_KEY": secret, "FOO": "bar"})
+    )
 
-    assert agent.get(claimed["id"]).env == {"API_KEY": secret, "FOO": "bar"}
-    for path in ("/v1/sandboxes", f"/v1/sandboxes/{claimed['id']}", "/v1/info", "/metrics"):
+    assert agent.get(claimed.id).env == {"API_KEY": secret, "FOO": "bar"}
+    for path in ("/v1/sandboxes", f"/v1/sandboxes/{claimed.id}", "/v1/info", "/metrics"):
         response = httpx.get(f"http://{address}{path}", headers={"Authorization": f"Bearer {ROOT}"})
         assert response.status_code == 200
         assert secret not in response.text
         assert "API_KEY" not in response.text
-    assert "env" not in client.get(claimed["id"])
-    assert ["env" in row for row in client.sandboxes()] == [False]
+    assert "env" not in client.get(claimed.id).to_json()
+    assert ["env" in row.to_json() for row in client.sandboxes()] == [False]
 
 
-def test_renew_hibernate_and_wake_with_the_sandbox_token(
-    address: str, client: SandboxdClient
-) -> None:
-    claimed = client.claim("base")
-    own = SandboxdClient(address, claimed["token"])
+def test_renew_hibernate_and_wake_with_the_sandbox_token(address: str, client: AgentClient) -> None:
+    claimed = client.claim(ClaimRequest("base"))
+    own = AgentClient(address, claimed.token)
 
-    renewed = own.renew(claimed["id"], 900)
-    assert renewed["deadline"] > claimed["deadline"]
-    own.hibernate(claimed["id"])
-    assert client.get(claimed["id"])["hibernated"] is True
-    with pytest.raises(SandboxdError) as twice:
-        own.hibernate(claimed["id"])
+    renewed = own.renew(claimed.id, 900)
+    assert renewed.deadline is not None
+    assert claimed.deadline is not None
+    assert renewed.deadline > claimed.deadline
+    own.hibernate(claimed.id)
+    assert client.get(claimed.id).hibernated is True
+    with pytest.raises(AgentError) as twice:
+        own.hibernate(claimed.id)
     assert twice.value.status == 409
-    own.wake(claimed["id"])
-    own.release(claimed["id"])
+    own.wake(claimed.id)
+    own.release(claimed.id)
     own.close()
 
 
 @pytest.mark.parametrize("token", [None, "wrong"])
 def test_without_the_root_token_every_call_is_401(address: str, token: str | None) -> None:
-    with SandboxdClient(address, token) as stranger:
-        for call in (stranger.info, stranger.sandboxes, lambda: stranger.claim("base")):
-            with pytest.raises(SandboxdError) as refused:
+    with AgentClient(address, token) as stranger:
+        for call in (
+            stranger.info,
+            stranger.sandboxes,
+            lambda: stranger.claim(ClaimRequest("base")),
+        ):
+            with pytest.raises(AgentError) as refused:
                 call()
             assert refused.value.status == 401
 
 
-def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: SandboxdClient) -> None:
-    mine = client.claim("base")
-    theirs = client.claim("base")
-    with SandboxdClient(address, mine["token"]) as own:
-        with pytest.raises(SandboxdError) as refused:
-            own.release(theirs["id"])
+def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: AgentClient) -> None:
+    mine = client.claim(ClaimRequest("base"))
+    theirs = client.claim(ClaimRequest("base"))
+    with AgentClient(address, mine.token) as own:
+        with pytest.raises(AgentError) as refused:
+            own.release(theirs.id)
         assert refused.value.status == 401
-        with pytest.raises(SandboxdError) as no_claims:
-            own.claim("base")
+        with pytest.raises(AgentError) as no_claims:
+            own.claim(ClaimRequest("base"))
         assert no_claims.value.status == 401
     assert len(client.sandboxes()) == 2
 
@@ -160,8 +170,12 @@ def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: Sandb
             400,
             "env.A: the value contains a NUL byte",
         ),
-        (json.dumps({"template": "base", "env": {"A": 1}}).encode(), 400, "env.A: Input should"),
-        (json.dumps({"template": "base", "env": ["A=1"]}).encode(), 400, "env: Input should"),
+        (
+            json.dumps({"template": "base", "env": {"A": 1}}).encode(),
+            400,
+            "env.A: expected a string",
+        ),
+        (json.dumps({"template": "base", "env": ["A=1"]}).encode(), 400, "env: expected an object"),
         (
             json.dumps({"template": "base", "env": {f"V{i}": "" for i in range(257)}}).encode(),
             400,
@@ -175,7 +189,7 @@ def test_a_sandbox_token_drives_only_its_own_sandbox(address: str, client: Sandb
     ],
 )
 def test_bad_claims_get_a_json_error_and_change_nothing(
-    address: str, client: SandboxdClient, body: bytes, status: int, message: str
+    address: str, client: AgentClient, body: bytes, status: int, message: str
 ) -> None:
     before = client.info()
     response = httpx.post(
@@ -186,7 +200,29 @@ def test_bad_claims_get_a_json_error_and_change_nothing(
     assert response.status_code == status
     assert message in response.json()["error"]
     assert client.sandboxes() == []
-    assert client.info()["pools"] == before["pools"]
+    assert client.info().pools == before.pools
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "body", "message"),
+    [
+        ("POST", "/v1/claim", {"Content-Type": "application/x-www-form-urlencoded"},
+         b'{"template": "base"}', "the body must be JSON (Content-Type: application/json)"),
+        ("POST", "/v1/sandboxes/sb_0/renew", {}, b"", "a JSON object body is required"),
+        ("PUT", "/v1/pools", {}, b'{"pools": [{"template": "base", "warm": 1, "net": 5}]}',
+         "pools[0].net: expected a string, got int"),
+    ],
+)  # fmt: skip
+def test_a_body_is_read_as_json_into_its_model(
+    address: str, method: str, path: str, headers: dict[str, str], body: bytes, message: str
+) -> None:
+    response = httpx.request(
+        method,
+        f"http://{address}{path}",
+        content=body,
+        headers={"Authorization": f"Bearer {ROOT}", **headers},
+    )
+    assert (response.status_code, response.json()) == (400, {"error": message})
 
 
 def test_a_streamed_body_over_the_cap_is_413(address: str) -> None:
@@ -205,20 +241,19 @@ def test_a_streamed_body_over_the_cap_is_413(address: str) -> None:
     assert "error" in response.json()
 
 
-def test_put_pools_replaces_the_set(client: SandboxdClient) -> None:
-    info = client.set_pools([{"template": "base", "size": "medium", "warm": 1}])
-    assert [(p["key"]["size"], p["target"]) for p in info["pools"] if p["target"]] == [
-        ("medium", 1)
-    ]
-    with pytest.raises(SandboxdError) as bad:
-        client.set_pools([{"template": "base", "warm": -1}])
+def test_put_pools_replaces_the_set(client: AgentClient) -> None:
+    info = client.set_pools([PoolTarget(PoolKey("base", size="medium"), 1)])
+    assert [(p.key.size, p.target) for p in info.pools if p.target] == [("medium", 1)]
+    with pytest.raises(AgentError) as bad:
+        client.set_pools([PoolTarget(PoolKey("base"), -1)])
     assert bad.value.status == 400
+    assert bad.value.message == "pools[0].warm: must not be negative, got -1"
 
 
-def test_metrics_count_requests_per_route(client: SandboxdClient) -> None:
-    claimed = client.claim("base")
-    client.get(claimed["id"])
-    client.get(claimed["id"])
+def test_metrics_count_requests_per_route(client: AgentClient) -> None:
+    claimed = client.claim(ClaimRequest("base"))
+    client.get(claimed.id)
+    client.get(claimed.id)
 
     assert _requests(client, "/v1/claim", "POST", 200) == 1
     assert _requests(client, "/v1/sandboxes/{sandbox_id}", "GET", 200) == 2
@@ -235,13 +270,13 @@ def test_unknown_routes_are_json_404(address: str) -> None:
 
 
 def test_a_net_none_sandbox_cannot_reach_the_agents_own_port(
-    agent: Agent, address: str, client: SandboxdClient
+    agent: Agent, address: str, client: AgentClient
 ) -> None:
     host, port = address.split(":")
     connect = f"import socket; socket.create_connection(({host!r}, {port}), 3).close()"
     results = {}
     for net in ("none", "egress"):
-        record = agent.get(client.claim("base", net=net)["id"])
+        record = agent.get(client.claim(ClaimRequest("base", net=net)).id)
         command = agent.runtime.enter_command(
             agent.spec(record), agent.identity(record), ["python3", "-c", connect]
         )

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
-from sandboxctl.sandboxd.client import SandboxdClient
 from tests.envd.wire import Envd
 from tests.sandboxd.servers import agent_process, free_port, wait_until, write_token
 
@@ -47,21 +47,25 @@ def test_kill_9_and_restart_keeps_every_sandbox(state_dir: Path, uid_base: int) 
     address = f"127.0.0.1:{port}"
     args = _args(state_dir, port, uid_base)
     with agent_process(args, address) as agent:
-        with SandboxdClient(address, TOKEN) as client:
+        with AgentClient(address, TOKEN) as client:
             claimed = [
-                client.claim("base", claim_ref=f"t/{i}", metadata={"i": str(i)}, ttl_seconds=600)
+                client.claim(
+                    ClaimRequest(
+                        "base", claim_ref=f"t/{i}", metadata={"i": str(i)}, ttl_seconds=600
+                    )
+                )
                 for i in range(3)
             ]
-            before = {c["id"]: client.get(c["id"]) for c in claimed}
+            before = {c.id: client.get(c.id) for c in claimed}
         agent.send_signal(signal.SIGKILL)
         agent.wait()
 
     # A restarted agent adopts only sandboxes whose processes still run: equal rows prove
     # every sandbox outlived its agent with the same id, token, deadline and metadata.
-    with agent_process(args, address), SandboxdClient(address, TOKEN) as client:
-        after = {row["id"]: client.get(row["id"]) for row in client.sandboxes()}
+    with agent_process(args, address), AgentClient(address, TOKEN) as client:
+        after = {row.id: client.get(row.id) for row in client.sandboxes()}
         assert after == before
-        wait_until(lambda: client.info()["pools"][0]["warm"] == 1, what="the warm pool")
+        wait_until(lambda: client.info().pools[0].warm == 1, what="the warm pool")
 
 
 def test_a_claims_env_survives_kill_9_and_reaches_commands(state_dir: Path, uid_base: int) -> None:
@@ -70,18 +74,18 @@ def test_a_claims_env_survives_kill_9_and_reaches_commands(state_dir: Path, uid_
     args = _args(state_dir, port, uid_base)
     env = {"FOO": "bar baz", "SECRET": "s3cr3t"}
     with agent_process(args, address) as agent:
-        with SandboxdClient(address, TOKEN) as client:
-            claimed = client.claim("base", env=env)
-        envd = Envd(address, claimed["id"], TOKEN)
+        with AgentClient(address, TOKEN) as client:
+            claimed = client.claim(ClaimRequest("base", env=env))
+        envd = Envd(address, claimed.id, TOKEN)
         assert envd.run('echo "$FOO|$SECRET"')["stdout"] == "bar baz|s3cr3t\n"
         agent.send_signal(signal.SIGKILL)
         agent.wait()
 
-    with agent_process(args, address), SandboxdClient(address, TOKEN) as client:
-        assert [row["id"] for row in client.sandboxes()] == [claimed["id"]]
+    with agent_process(args, address), AgentClient(address, TOKEN) as client:
+        assert [row.id for row in client.sandboxes()] == [claimed.id]
         assert envd.run('echo "$FOO|$SECRET"')["stdout"] == "bar baz|s3cr3t\n"
         # a sandbox of the warm pool, claimed without env, gets none
-        other = Envd(address, client.claim("base")["id"], TOKEN)
+        other = Envd(address, client.claim(ClaimRequest("base")).id, TOKEN)
         assert other.run('echo "$FOO|$SECRET"')["stdout"] == "|\n"
 
 
@@ -91,18 +95,18 @@ def test_sigterm_leaves_sandboxes_running_unless_destroy_on_exit(
     port = free_port()
     address = f"127.0.0.1:{port}"
     with agent_process(_args(state_dir, port, uid_base), address) as agent:
-        with SandboxdClient(address, TOKEN) as client:
-            sandbox_id = client.claim("base")["id"]
+        with AgentClient(address, TOKEN) as client:
+            sandbox_id = client.claim(ClaimRequest("base")).id
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
     with agent_process(_args(state_dir, port, uid_base, "--destroy-on-exit"), address) as agent:
-        with SandboxdClient(address, TOKEN) as client:
-            assert [row["id"] for row in client.sandboxes()] == [sandbox_id]
+        with AgentClient(address, TOKEN) as client:
+            assert [row.id for row in client.sandboxes()] == [sandbox_id]
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
     with (
         agent_process(_args(state_dir, port, uid_base), address),
-        SandboxdClient(address, TOKEN) as client,
+        AgentClient(address, TOKEN) as client,
     ):
         assert client.sandboxes() == []
 

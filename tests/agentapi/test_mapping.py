@@ -1,4 +1,5 @@
-"""The shared row -> entry mapping, on plain dict answers shaped like the agent's."""
+"""The shared answer -> inventory mapping, on plain dict answers shaped like the agent's,
+read through the models as the client reads them."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from typing import Any
 
 import pytest
 
-from sandboxctl.core.errors import InvalidValueError, SandboxctlError
-from sandboxctl.core.model import Entry, Pool, PoolKey, inventory_from_object, inventory_to_object
-from sandboxctl.inventory.mapping import (
+from sandboxctl.agentapi import (
     AgentAnswerError,
-    entry_from_row,
+    AgentInfo,
+    SandboxList,
+    SandboxRow,
     inventory_from_agent,
     pools_from_info,
 )
+from sandboxctl.agentapi import entry_from_row as entry_of
+from sandboxctl.core.errors import InvalidValueError, SandboxctlError
+from sandboxctl.core.model import Entry, Pool, PoolKey, inventory_from_object, inventory_to_object
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 
@@ -34,6 +38,15 @@ def _row(**fields: Any) -> dict[str, Any]:
     }
     row.update(fields)
     return row
+
+
+def entry_from_row(row: Any) -> Entry:
+    return entry_of(SandboxRow.from_json(row))
+
+
+def _inventory(info: Any, rows: Any, published_at: datetime) -> Any:
+    listed = SandboxList.from_json({"sandboxes": rows}).sandboxes
+    return inventory_from_agent(AgentInfo.from_json(info), listed, published_at)
 
 
 def _info(**fields: Any) -> dict[str, Any]:
@@ -153,12 +166,12 @@ def test_a_row_that_is_not_an_object_fails() -> None:
 
 
 def test_pools_come_from_the_info_key_with_defaults() -> None:
-    assert pools_from_info(_info()) == (
+    assert pools_from_info(AgentInfo.from_json(_info())) == (
         Pool(PoolKey("base", "none", "small"), warm=2, target=3),
         Pool(PoolKey("py", "none", "small"), warm=0, target=1),
     )
-    assert pools_from_info(_info(pools=[])) == ()
-    assert pools_from_info({"node": "n"}) == ()
+    assert pools_from_info(AgentInfo.from_json(_info(pools=[]))) == ()
+    assert pools_from_info(AgentInfo.from_json({"node": "n"})) == ()
 
 
 @pytest.mark.parametrize(
@@ -181,7 +194,7 @@ def test_pools_come_from_the_info_key_with_defaults() -> None:
 )
 def test_bad_pools_name_the_field(pools: Any, field: str, problem: str) -> None:
     with pytest.raises(AgentAnswerError) as error:
-        pools_from_info(_info(pools=pools))
+        pools_from_info(AgentInfo.from_json(_info(pools=pools)))
     assert (error.value.field, error.value.problem) == (field, problem)
 
 
@@ -192,7 +205,7 @@ def test_an_inventory_from_an_agent_sorts_entries_and_takes_the_callers_stamp() 
         _row(id="sb_2", claim_ref="team/a", hibernated=True),
         _row(id="sb_0", claim_ref="team/a"),
     ]
-    inventory = inventory_from_agent(_info(), rows, published_at=T0)
+    inventory = _inventory(_info(), rows, published_at=T0)
     assert inventory.node == "node-a"
     assert inventory.address == "10.0.0.1:7777"
     assert inventory.published_at == T0
@@ -204,13 +217,13 @@ def test_an_inventory_from_an_agent_sorts_entries_and_takes_the_callers_stamp() 
         ("team/c", "sb_3", "Running"),
     ]
     # The same rows in another order make the same inventory.
-    assert inventory_from_agent(_info(), rows[::-1], published_at=T0) == inventory
+    assert _inventory(_info(), rows[::-1], published_at=T0) == inventory
     # And it survives the NodeInventory object shape unchanged.
     assert inventory_from_object(inventory_to_object(inventory)) == inventory
 
 
 def test_an_agent_with_no_sandboxes_is_an_empty_node() -> None:
-    inventory = inventory_from_agent(_info(pools=None), [], published_at=T0)
+    inventory = _inventory(_info(pools=None), [], published_at=T0)
     assert (inventory.node, inventory.pools, inventory.entries) == ("node-a", (), ())
 
 
@@ -222,7 +235,7 @@ def test_an_agent_with_no_sandboxes_is_an_empty_node() -> None:
         (_info(node=3), [], "info.node", "expected a string, got int"),
         (_info(advertise_addr=""), [], "info.advertise_addr", "required"),
         (_info(advertise_addr=None), [], "info.advertise_addr", "required"),
-        (_info(), {"sandboxes": []}, "sandboxes", "expected a list, got dict"),
+        (_info(), {"rows": []}, "sandboxes", "expected a list, got dict"),
         (_info(), "rows", "sandboxes", "expected a list, got str"),
         (_info(), [_row(), _row(key={})], "sandboxes[1].key.template", "required"),
         (_info(), [_row(), 5], "sandboxes[1]", "expected an object, got int"),
@@ -230,7 +243,7 @@ def test_an_agent_with_no_sandboxes_is_an_empty_node() -> None:
 )
 def test_a_bad_agent_answer_names_the_field(info: Any, rows: Any, field: str, problem: str) -> None:
     with pytest.raises(AgentAnswerError) as error:
-        inventory_from_agent(info, rows, published_at=T0)
+        _inventory(info, rows, published_at=T0)
     assert (error.value.field, error.value.problem) == (field, problem)
 
 
@@ -242,4 +255,4 @@ def test_an_answer_error_can_name_the_agent() -> None:
 
 def test_the_stamp_must_carry_a_zone() -> None:
     with pytest.raises(InvalidValueError, match="zone"):
-        inventory_from_agent(_info(), [], published_at=datetime(2026, 11, 30, 4, 0))
+        _inventory(_info(), [], published_at=datetime(2026, 11, 30, 4, 0))

@@ -1,0 +1,54 @@
+"""The host agent's HTTP API as one contract: its JSON models, the client, the mapping.
+
+The agent (``sandboxctl.sandboxd``) serves these shapes and everything that calls an
+agent (mesh mode, the store, the envd proxy, the CLI) reads them, so each shape is written
+once. Modules: ``models`` (one frozen dataclass per JSON shape, with ``from_json`` and
+``to_json``), ``fields`` (reading one JSON value, naming the field), ``ids`` (which
+strings can be a sandbox id, and escaping them), ``client`` (the httpx client), ``errors``
+(the error tree), ``mapping`` (answers to inventory entries and nodes). No business rules
+live here: the agent decides what a claim may ask for, the store where it goes.
+"""
+
+from sandboxctl.agentapi.client import AgentClient
+from sandboxctl.agentapi.errors import (
+    AgentAnswerError,
+    AgentApiError,
+    AgentError,
+    AgentUnreachable,
+    InvalidId,
+)
+from sandboxctl.agentapi.mapping import entry_from_row, inventory_from_agent, pools_from_info
+from sandboxctl.agentapi.models import (
+    AgentInfo,
+    ClaimGrant,
+    ClaimRequest,
+    PoolStatus,
+    PoolsUpdate,
+    PoolTarget,
+    RenewAnswer,
+    RenewRequest,
+    SandboxList,
+    SandboxRow,
+)
+
+__all__ = [
+    "AgentAnswerError",
+    "AgentApiError",
+    "AgentClient",
+    "AgentError",
+    "AgentInfo",
+    "AgentUnreachable",
+    "ClaimGrant",
+    "ClaimRequest",
+    "InvalidId",
+    "PoolStatus",
+    "PoolTarget",
+    "PoolsUpdate",
+    "RenewAnswer",
+    "RenewRequest",
+    "SandboxList",
+    "SandboxRow",
+    "entry_from_row",
+    "inventory_from_agent",
+    "pools_from_info",
+]

@@ -1,0 +1,182 @@
+"""The one httpx client every component uses to reach a host agent.
+
+Each verb sends a model's JSON and reads the answer back into a model; every failure is
+one of :mod:`sandboxctl.agentapi.errors`, with the httpx error chained: an error status is
+:class:`AgentError`, no answer is :class:`AgentUnreachable`, an answer that breaks the API
+is :class:`AgentAnswerError`. An id is checked and escaped before it goes in a URL
+(:mod:`sandboxctl.agentapi.ids`), so a bad one costs no request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from sandboxctl.agentapi.errors import (
+    AgentAnswerError,
+    AgentError,
+    AgentUnreachable,
+    InvalidId,
+)
+from sandboxctl.agentapi.ids import id_problem, sandbox_path
+from sandboxctl.agentapi.models import (
+    AgentInfo,
+    ClaimGrant,
+    ClaimRequest,
+    PoolsUpdate,
+    PoolTarget,
+    RenewAnswer,
+    RenewRequest,
+    SandboxList,
+    SandboxRow,
+)
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 10.0
+# Failures before any byte of the request left: a claim that met one certainly did not land.
+_BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class AgentClient:
+    """One agent, over one pooled httpx client; thread-safe. ``token`` (the fleet's root
+    token, or a sandbox's own) goes with every call; ``transport`` replaces the network in
+    tests."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        base = address if "://" in address else f"http://{address}"
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.address = address
+        self._http = httpx.Client(
+            base_url=base, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def info(self) -> AgentInfo:
+        return self._read(AgentInfo.from_json, self._json("GET", "/v1/info", "info"))
+
+    def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRow]:
+        """Every claimed sandbox, or those whose ``claim_ref`` is exactly ``claim_ref``."""
+        params = {"claim_ref": claim_ref} if claim_ref is not None else None
+        answer = self._json("GET", "/v1/sandboxes", "sandboxes", params=params)
+        return list(self._read(SandboxList.from_json, answer).sandboxes)
+
+    def get(self, sandbox_id: str) -> SandboxRow:
+        """One claimed sandbox, with its token."""
+        return self._read(
+            SandboxRow.from_json, self._json("GET", self._path(sandbox_id), "sandbox")
+        )
+
+    def metrics(self) -> str:
+        return self._send("GET", "/metrics").text
+
+    # --- verbs ---------------------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest) -> ClaimGrant:
+        answer = self._json("POST", "/v1/claim", "claim", json=request.to_json())
+        return self._read(ClaimGrant.from_json, answer)
+
+    def release(self, sandbox_id: str, token: str | None = None) -> None:
+        """Destroy the sandbox; ``token`` (its own) replaces the client's for this call."""
+        self._send("POST", self._path(sandbox_id, "release"), token=token)
+
+    def renew(self, sandbox_id: str, ttl_seconds: int, on_expire: str | None = None) -> RenewAnswer:
+        body = RenewRequest(ttl_seconds, on_expire).to_json()
+        answer = self._json("POST", self._path(sandbox_id, "renew"), "renew", json=body)
+        return self._read(RenewAnswer.from_json, answer)
+
+    def hibernate(self, sandbox_id: str) -> None:
+        self._send("POST", self._path(sandbox_id, "hibernate"))
+
+    def wake(self, sandbox_id: str) -> None:
+        self._send("POST", self._path(sandbox_id, "wake"))
+
+    def set_pools(self, pools: Sequence[PoolTarget]) -> AgentInfo:
+        """Replace every warm target; the answer is the agent's info after the change."""
+        body = PoolsUpdate(tuple(pools)).to_json()
+        return self._read(AgentInfo.from_json, self._json("PUT", "/v1/pools", "pools", json=body))
+
+    # --- one request ---------------------------------------------------------------------
+
+    def _path(self, sandbox_id: str, verb: str = "") -> str:
+        problem = id_problem(sandbox_id)
+        if problem is not None:
+            raise InvalidId(sandbox_id, problem, self.address)
+        return sandbox_path(sandbox_id, verb)
+
+    def _read(self, model: Callable[[object], T], answer: object) -> T:
+        """The answer as a model; an answer that does not fit names this agent."""
+        try:
+            return model(answer)
+        except AgentAnswerError as error:
+            raise error.at(self.address) from None
+
+    def _json(self, method: str, path: str, what: str, **kwargs: Any) -> object:
+        response = self._send(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError as error:
+            raise AgentAnswerError(what, "the answer is not JSON", self.address) from error
+
+    def _send(
+        self, method: str, path: str, token: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        try:
+            response = self._http.request(method, path, headers=headers, **kwargs)
+        except httpx.TransportError as error:
+            raise unreachable(self.address, error) from error
+        except httpx.HTTPError as error:  # an answer httpx could not decode
+            raise AgentAnswerError("", str(error) or type(error).__name__, self.address) from error
+        if response.status_code >= 400:
+            raise AgentError(response.status_code, _message(response), self.address)
+        return response
+
+
+def unreachable(address: str, error: httpx.TransportError) -> AgentUnreachable:
+    """The transport error as :class:`AgentUnreachable`, with a reason short enough for
+    one log line."""
+    if isinstance(error, httpx.TimeoutException):
+        reason = "timed out"
+    elif isinstance(error, httpx.ConnectError) and _refused(error):
+        reason = "connection refused"
+    else:
+        reason = " ".join((str(error) or type(error).__name__).split())
+    return AgentUnreachable(address, reason, undelivered=isinstance(error, _BEFORE_SENDING))
+
+
+def _refused(error: BaseException) -> bool:
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "connection refused" in str(error).lower()
+
+
+def _message(response: httpx.Response) -> str:
+    """The agent's ``{"error": ...}`` text, else the body as it came."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"]).strip()
+    return response.text.strip()

@@ -1,0 +1,75 @@
+"""The one mapping from a sandboxd agent's answers to the inventory model.
+
+Mesh mode, the store's live lookups and the e2b API all read the same two answers
+(:class:`AgentInfo` and the :class:`SandboxRow` list); this module is the only place that
+turns them into :class:`NodeInventory`, :class:`Pool` and :class:`Entry` values, so every
+reader sees one sandbox the same way. A bad answer has already failed in ``from_json``,
+naming the field; what is left here is what the inventory needs beyond the API.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from sandboxctl.agentapi.errors import AgentAnswerError
+from sandboxctl.agentapi.models import AgentInfo, SandboxRow
+from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.model import Entry, NodeInventory, Pool
+
+RUNNING = "Running"
+HIBERNATED = "Hibernated"
+ADVERTISE_FIELD = "info.advertise_addr"
+
+
+def entry_from_row(row: SandboxRow) -> Entry:
+    """One sandbox row as an inventory entry.
+
+    ``name`` (and ``claim_ref``) is the row's ``claim_ref``, or its id when that is empty;
+    a hibernated (or archived) row is ``Hibernated``, any other ``Running``; ``metadata``
+    becomes a deterministic JSON string, ``""`` when there is none.
+    """
+    name = row.claim_ref or row.id
+    return Entry(
+        name=name,
+        phase=HIBERNATED if row.hibernated or row.archived else RUNNING,
+        id=row.id,
+        template=row.key.template,
+        claim_ref=name,
+        deadline=row.deadline,
+        claimed_at=row.claimed_at,
+        metadata=json.dumps(row.metadata, sort_keys=True, separators=(",", ":"))
+        if row.metadata
+        else "",
+        cpu_count=row.cpu_count,
+        memory_bytes=row.mem_total_bytes,
+    )
+
+
+def pools_from_info(info: AgentInfo) -> tuple[Pool, ...]:
+    """The warm pools an info answer reports, in the agent's order."""
+    return tuple(Pool(key=pool.key, warm=pool.warm, target=pool.target) for pool in info.pools)
+
+
+def inventory_from_agent(
+    info: AgentInfo, rows: Sequence[SandboxRow], published_at: datetime
+) -> NodeInventory:
+    """One node's inventory from its info answer and its sandbox rows.
+
+    ``node`` is ``info.node``, ``address`` its ``advertise_addr``, which must not be empty:
+    it is how the rest of the fleet reaches the node. Entries are sorted by name (then id).
+    ``published_at`` is stamped by the caller: the time it received the answers.
+    """
+    if published_at.tzinfo is None:
+        raise InvalidValueError("published_at needs a zone: pass an aware UTC datetime")
+    if not info.advertise_addr:
+        raise AgentAnswerError(ADVERTISE_FIELD, "required")
+    entries = sorted(map(entry_from_row, rows), key=lambda entry: (entry.name, entry.id))
+    return NodeInventory(
+        node=info.node,
+        address=info.advertise_addr,
+        pools=pools_from_info(info),
+        entries=tuple(entries),
+        published_at=published_at,
+    )

@@ -1,0 +1,71 @@
+"""The agent as envd sees it: :class:`sandboxctl.envd.host.Sandboxes` over the agent's
+records and runtime, so envd needs nothing from this package."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sandboxctl.envd.host import RunningSandbox, SandboxUnavailable
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.bubblewrap import sandbox_env
+from sandboxctl.sandboxd.errors import NotFound
+from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSandboxes:
+    agent: Agent
+
+    def running(self, sandbox_id: str) -> RunningSandbox:
+        try:
+            record = self.agent.get(sandbox_id)
+        except NotFound:
+            raise SandboxUnavailable(sandbox_id) from None
+        if record.hibernated:
+            raise SandboxUnavailable(sandbox_id, paused=True)
+        return RuntimeSandbox(
+            self.agent.spec(record), self.agent.identity(record), self.agent.runtime
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSandbox:
+    """One claimed sandbox through the runtime that runs it."""
+
+    spec: SandboxSpec
+    identity: Identity
+    runtime: Runtime
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.spec.env
+
+    def enter_command(self, argv: Sequence[str]) -> list[str]:
+        return self.runtime.enter_command(self.spec, self.identity, argv)
+
+    def process_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        return sandbox_env(extra)
+
+    def entered(self, leader: int) -> tuple[int, int] | None:
+        # Only runtimes with a pid namespace can tell; in the others the leader is the
+        # command.
+        entered = getattr(self.runtime, "entered", None)
+        if entered is None:
+            return leader, leader
+        found: tuple[int, int] | None = entered(self.identity, leader)
+        return found
+
+    def signal_command(self, pgid: int, sig: int) -> None:
+        signal_entered = getattr(self.runtime, "signal_entered", None)
+        if signal_entered is not None:
+            signal_entered(pgid, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
