@@ -11,7 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
+
 _uid_blocks = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime_root() -> Iterator[Path]:
+    """The runtime root of every fleet and agent this session starts (serve and
+    serve-sandboxd read SANDBOXCTL_RUNTIME_ROOT, and their processes inherit it): a
+    traversable temporary directory, never the host's /var/lib/sandboxctl/runtime, which a
+    ``make serve`` running beside the tests uses. Removed at the end."""
+    path = Path(tempfile.mkdtemp(prefix="sandboxctl-runtime-", dir="/tmp"))
+    path.chmod(0o711)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(RUNTIME_ROOT_ENV, str(path))
+        yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +19,7 @@ from sandboxctl.core.freshness import (
 )
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.timestamps import parse_rfc3339
+from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 
 
 def parse_duration_flag(value: str | timedelta) -> timedelta:
@@ -69,6 +71,16 @@ PublishInterval = Annotated[
         metavar="DURATION",
         help="How often every node publishes its inventory.",
         show_default=format_duration(DEFAULT_PUBLISH_INTERVAL),
+    ),
+]
+
+RuntimeRoot = Annotated[
+    Path,
+    typer.Option(
+        "--runtime-root",
+        envvar=RUNTIME_ROOT_ENV,
+        help="Where the directories sandbox uids must reach (their homes) are kept, one "
+        "per --state-dir; every uid may traverse it, only root may write it.",
     ),
 ]
 

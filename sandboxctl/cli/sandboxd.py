@@ -11,11 +11,18 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
-from sandboxctl.cli.options import parse_pool_flag, service_logging
+from sandboxctl.cli.options import RuntimeRoot, parse_pool_flag, service_logging
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.runtime import Runtime
+from sandboxctl.sandboxd.runtimedir import (
+    DEFAULT_RUNTIME_ROOT,
+    check_root,
+    prepare,
+    runtime_dir,
+    traversal_problem,
+)
 from sandboxctl.sandboxd.server import serve
 from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
@@ -43,7 +50,12 @@ def serve_sandboxd(
         ),
     ] = "",
     state_dir: Annotated[
-        Path, typer.Option("--state-dir", help="Where sandbox state and homes live.")
+        Path,
+        typer.Option(
+            "--state-dir",
+            help="Where the sandbox state lives (private; a 'runtime' link in it names "
+            "the directory of the sandbox homes).",
+        ),
     ] = Path("/var/lib/sandboxctl/sandboxd"),
     token_file: Annotated[
         Path | None,
@@ -87,6 +99,7 @@ def serve_sandboxd(
     uid_base: Annotated[
         int, typer.Option("--uid-base", min=1000, help="First host uid given to sandboxes.")
     ] = 200_000,
+    runtime_root: RuntimeRoot = DEFAULT_RUNTIME_ROOT,
 ) -> None:
     """Run the host agent: isolated sandboxes with warm pools and leases."""
     log = service_logging("sandboxctl.sandboxd")
@@ -99,16 +112,25 @@ def serve_sandboxd(
             )
         log.warning("DEVELOPMENT MODE: no --token-file, every request is trusted (loopback only)")
     templates = dict(_template(text) for text in template or ())
+    pools = dict(parse_pool_flag(text) for text in pool or ())
+    sandboxes = _runtime(runtime)
+    # The state dir stays private; what sandbox uids reach goes to the runtime dir.
+    check_root(runtime_root)
+    layout = runtime_dir(state_dir, runtime_root)
+    prepare(layout)
+    log.info("sandbox homes in %s (%s points to it)", layout.homes, layout.link)
     settings = AgentSettings(
         node=node or socket.gethostname(),
         advertise_addr=advertise_addr or join_host_port(host, port),
         state_dir=state_dir,
         templates=templates,
         max_sandboxes=max_sandboxes,
-        pools=dict(parse_pool_flag(text) for text in pool or ()),
+        pools=pools,
         uid_base=uid_base,
+        runtime_dir=layout.path,
+        uid_claims=layout.uids,
     )
-    serve(Agent(settings, _runtime(runtime)), host, port, token, destroy_on_exit)
+    serve(Agent(settings, sandboxes), host, port, token, destroy_on_exit)
 
 
 def _runtime(name: RuntimeName) -> Runtime:
@@ -130,4 +152,9 @@ def _template(text: str) -> tuple[str, Path]:
     path = Path(directory)
     if not path.is_dir():
         raise InvalidValueError(f"--template {text!r}: {directory} is not a directory")
+    problem = traversal_problem(path.resolve())
+    if problem:  # bubblewrap binds it as the sandbox uid: every start would fail
+        raise InvalidValueError(
+            f"--template {text!r}: {problem}; keep templates where every uid may traverse"
+        )
     return name, path.resolve()

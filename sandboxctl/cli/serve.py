@@ -12,6 +12,7 @@ import typer
 from sandboxctl.cli.options import (
     PublishInterval,
     Reference,
+    RuntimeRoot,
     StaleAfter,
     freshness_rule,
     parse_pool_flag,
@@ -22,8 +23,9 @@ from sandboxctl.core.freshness import (
     DEFAULT_STALE_AFTER,
     ReferenceMode,
 )
-from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, check_traversable, run_fleet
+from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root
 from sandboxctl.serving import bind
 
 DEFAULT_STATE_DIR = Path(".sandboxctl")
@@ -35,8 +37,8 @@ def serve(
         Path,
         typer.Option(
             "--state-dir",
-            help="Where the fleet keeps its keys, tokens, kubeconfig and sandboxes "
-            "(created 0711 on first start).",
+            help="Where the fleet keeps its keys, tokens, kubeconfig and sandbox state "
+            "(created 0700 on first start), and a 'runtime' link to the rest.",
         ),
     ] = DEFAULT_STATE_DIR,
     host: Annotated[
@@ -93,6 +95,7 @@ def serve(
             "Default: destroy them all.",
         ),
     ] = False,
+    runtime_root: RuntimeRoot = DEFAULT_RUNTIME_ROOT,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
@@ -104,7 +107,7 @@ def serve(
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     BubblewrapRuntime.check()  # root, the host tools, user namespaces: one line, exit 2
     state_dir = state_dir.absolute()
-    check_traversable(state_dir)
+    check_root(runtime_root)  # sandbox uids reach their homes there; the state dir is private
 
     # Every port first: a taken one fails at once, before anything starts or is written.
     with contextlib.ExitStack() as bound:
@@ -122,6 +125,7 @@ def serve(
                 uid_base=uid_base,
                 domain=domain,
                 keep_sandboxes=keep_sandboxes,
+                runtime_root=runtime_root,
             ),
             rule,
             sockets,

@@ -2,6 +2,5 @@
 state directory."""
 
 from sandboxctl.fleet.run import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
-from sandboxctl.fleet.state import check_traversable
 
-__all__ = ["DEFAULT_DOMAIN", "Fleet", "Ports", "check_traversable", "run_fleet"]
+__all__ = ["DEFAULT_DOMAIN", "Fleet", "Ports", "run_fleet"]

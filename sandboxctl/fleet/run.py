@@ -35,6 +35,13 @@ from sandboxctl.proxy import create_proxy_app
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app as create_agent_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.runtimedir import (
+    DEFAULT_RUNTIME_ROOT,
+    LINK,
+    RuntimeDir,
+    prepare,
+    runtime_dir,
+)
 from sandboxctl.serving import run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -63,9 +70,15 @@ class Fleet:
     uid_base: int = 200_000
     domain: str = DEFAULT_DOMAIN
     keep_sandboxes: bool = False
+    runtime_root: Path = DEFAULT_RUNTIME_ROOT
 
     def url(self, port: int) -> str:
         return server_url(self.host, port)
+
+    @property
+    def runtime(self) -> RuntimeDir:
+        """Where what sandbox uids reach is kept: the agent's homes (runtimedir.py)."""
+        return runtime_dir(self.state_dir, self.runtime_root)
 
     @property
     def agent_addr(self) -> str:
@@ -77,6 +90,8 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
     a stop signal; then stop every part, destroying the sandboxes unless asked not to."""
     agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
     found = prepare_state_dir(fleet.state_dir)
+    runtime = fleet.runtime
+    prepare(runtime)
     if fleet.host not in ("localhost", "::1") and not fleet.host.startswith("127."):
         log.warning(
             "--host %s is not loopback: the Kubernetes-style API has no authentication, so "
@@ -92,6 +107,8 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
             max_sandboxes=fleet.max_sandboxes,
             pools=dict(fleet.pools),
             uid_base=fleet.uid_base,
+            runtime_dir=runtime.path,
+            uid_claims=runtime.uids,
         ),
         BubblewrapRuntime(),
     )
@@ -151,6 +168,7 @@ def usage(fleet: Fleet) -> str:
         f"  Kubernetes API  {fleet.url(fleet.ports.kube)}",
         f"  sandboxd        {fleet.url(fleet.ports.sandboxd)}  (token in {directory}/{TOKEN_FILE})",
         f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (sandbox commands and files)",
+        f"  runtime dir     {fleet.runtime.path}  (sandbox homes; {directory}/{LINK})",
         "",
         "Use it with the e2b SDK (pip install e2b):",
         f"  set -a; . {directory}/{ENV_FILE}; set +a",

@@ -1,12 +1,13 @@
 """The fleet's state directory: its secrets, created on first start and reused after,
 and the client files (``e2b.env``, ``kubeconfig``) that point the e2b SDK and kubectl at
-it."""
+it. Nothing in it is for sandbox uids, so it is private (0700) and may be anywhere; what
+they reach is in the agent's runtime dir (``sandboxctl.sandboxd.runtimedir``), which
+``DIR/runtime`` points to."""
 
 from __future__ import annotations
 
 import logging
 import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,14 @@ class Secrets:
 
 
 def prepare_state_dir(state_dir: Path) -> Secrets:
-    """Create the directory (0711) and its secrets on first start; reuse them later."""
+    """Create the directory (0700) and its secrets on first start; reuse them later."""
     if not state_dir.exists():
         state_dir.mkdir(parents=True)
-        state_dir.chmod(0o711)  # sandbox uids traverse it to DIR/sandboxd/homes
+        state_dir.chmod(0o700)  # secrets only: sandbox uids reach the runtime dir instead
         log.info("created %s", state_dir)
     elif not state_dir.is_dir():
         raise ConfigurationError(f"--state-dir {state_dir}: not a directory")
+    (state_dir / AGENT_DIR).mkdir(mode=0o700, exist_ok=True)  # the agent's database
     key_file = state_dir / KEY_FILE
     fresh_key = f"e2b_{secrets.token_hex(20)}"
     create_secret(key_file, f"{fresh_key} {NAMESPACE}\n")
@@ -59,21 +61,6 @@ def prepare_state_dir(state_dir: Path) -> Secrets:
         envd_secret=envd_secret.encode(),
         root_token=root_token,
     )
-
-
-def check_traversable(state_dir: Path) -> None:
-    """Sandbox uids reach their homes under DIR/sandboxd/homes: every existing directory
-    above them must let others through (o+x), or every sandbox start fails."""
-    for directory in (state_dir, *state_dir.parents):
-        if not directory.exists():
-            continue
-        mode = stat.S_IMODE(directory.stat().st_mode)
-        if not mode & stat.S_IXOTH:
-            raise ConfigurationError(
-                f"--state-dir {state_dir}: sandbox uids cannot traverse {directory} "
-                f"(mode {mode:04o}); chmod o+x it or pick a --state-dir under a directory "
-                "others may enter, e.g. /var/tmp/sandboxctl"
-            )
 
 
 def write_client_files(fleet: Fleet, found: Secrets) -> None:

@@ -83,12 +83,20 @@ def serve_command(state_dir: Path, ports: dict[str, int], uid_base: int) -> list
     ]
 
 
-def start_fleet(state_dir: Path, ports: dict[str, int], uid_base: int, *extra: str) -> Fleet:
-    """Start ``sandboxctl serve`` and wait for its ``ready:`` line (the caller stops it)."""
+def start_fleet(
+    state_dir: Path, ports: dict[str, int], uid_base: int, *extra: str, cwd: Path | None = None
+) -> Fleet:
+    """Start ``sandboxctl serve`` and wait for its ``ready:`` line (the caller stops it).
+
+    With ``cwd`` it runs there and a relative ``state_dir`` is taken from there, as
+    ``make serve`` in a checkout does; it still runs the sandboxctl under test, not a
+    copy that ``cwd`` may hold (PYTHONSAFEPATH: ``-m`` does not put ``cwd`` on the path).
+    """
     log = tempfile.TemporaryFile()  # noqa: SIM115 (the Fleet's to close)
     command = [*serve_command(state_dir, ports, uid_base), *extra]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    fleet = Fleet(state_dir, ports, uid_base, process, log)
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    fleet = Fleet((cwd or Path.cwd()) / state_dir, ports, uid_base, process, log)
 
     def ready() -> bool:
         return process.poll() is not None or any(

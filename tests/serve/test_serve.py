@@ -60,8 +60,8 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
     assert f"set -a; . {directory}/e2b.env; set +a" in output
     assert f"envd proxy      {fleet.url('proxy')}" in output
 
-    # The files: modes and contents.
-    assert stat.S_IMODE(directory.stat().st_mode) == 0o711
+    # The files: modes and contents. Nothing in the state dir is for sandbox uids.
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for name in ("e2b-api-keys", "envd-secret", "sandboxd-token", "e2b.env", "kubeconfig"):
         assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600, name
     env = fleet.e2b_env

@@ -1,0 +1,198 @@
+"""Where an agent keeps what its sandbox uids must reach: its runtime dir.
+
+A state directory holds what must stay private (the agent's database and lock; for
+``serve`` also the keys and tokens), so it may be anywhere, root's home included. Each
+sandbox uid must reach its own home: bubblewrap runs as that uid and binds ``HOME``,
+``HOME.passwd`` and ``HOME.group``, so every directory above them must let every uid
+through. Those live in a runtime dir, one per state dir, under a runtime root that every
+uid may traverse and only root may write::
+
+    RUNTIME_ROOT/                0711  default /var/lib/sandboxctl/runtime (--runtime-root,
+                                       SANDBOXCTL_RUNTIME_ROOT)
+    RUNTIME_ROOT/KEY/            0711  the runtime dir: KEY = 16 hex digits of the SHA-256
+                                       of the state dir's real path
+    RUNTIME_ROOT/KEY/state-dir   0600  that real path: whose runtime dir this is
+    RUNTIME_ROOT/KEY/homes/      0711  the sandbox homes (the agent makes it)
+    RUNTIME_ROOT/uids/           0700  host-wide uid claims (uids.py) and their lock
+    STATE_DIR/runtime                  a symlink to RUNTIME_ROOT/KEY
+
+Every directory from ``/`` down to the runtime root must be root's, let others through
+(o+x) and let nobody else write in it (group or other write only with the sticky bit,
+as on /tmp), or a local user could swap a directory under root's feet; ``check_root``
+says which one fails. The runtime dir is reused by every start of the same state dir; one
+whose state dir is gone, and whose uids no process runs as, is removed by the next start
+of any agent under the same root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.sandboxd import procfs
+from sandboxctl.sandboxd.uids import UidClaims
+from sandboxctl.secretfiles import write_private
+
+log = logging.getLogger("sandboxctl.sandboxd")
+
+DEFAULT_RUNTIME_ROOT = Path("/var/lib/sandboxctl/runtime")
+RUNTIME_ROOT_ENV = "SANDBOXCTL_RUNTIME_ROOT"
+LINK = "runtime"  # in the state dir
+OWNER_FILE = "state-dir"
+HOMES = "homes"
+UIDS = "uids"
+KEY_DIGITS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeDir:
+    """The runtime dir of one state dir (both real paths)."""
+
+    root: Path
+    state_dir: Path
+
+    @property
+    def path(self) -> Path:
+        digest = hashlib.sha256(os.fsencode(self.state_dir)).hexdigest()
+        return self.root / digest[:KEY_DIGITS]
+
+    @property
+    def homes(self) -> Path:
+        return self.path / HOMES
+
+    @property
+    def uids(self) -> Path:
+        return self.root / UIDS
+
+    @property
+    def link(self) -> Path:
+        return self.state_dir / LINK
+
+
+def runtime_dir(state_dir: Path, root: Path) -> RuntimeDir:
+    """The runtime dir of ``state_dir`` (which need not exist yet) under ``root``."""
+    return RuntimeDir(root=root.resolve(), state_dir=state_dir.resolve())
+
+
+def traversal_problem(path: Path) -> str | None:
+    """Why some uid other than root cannot reach ``path`` (every existing directory from
+    ``/`` down to it must have o+x), or None."""
+    for directory in (*reversed(path.parents), path):
+        try:
+            mode = stat.S_IMODE(directory.stat().st_mode)
+        except FileNotFoundError:
+            return None
+        if not mode & stat.S_IXOTH:
+            return f"sandbox uids cannot traverse {directory} (mode {mode:04o})"
+    return None
+
+
+def check_root(root: Path) -> None:
+    """Refuse (ConfigurationError) a runtime root that sandbox uids cannot traverse or
+    that someone other than root could change; the directories still missing are made
+    safe by :func:`prepare`. Writes nothing."""
+    real = root.resolve()
+    for directory in (*reversed(real.parents), real):
+        try:
+            info = directory.stat()
+        except FileNotFoundError:
+            return
+        problem = _unsafe(directory, info, last=directory == real)
+        if problem:
+            raise ConfigurationError(
+                f"--runtime-root {root}: {problem}; pick a runtime root that every uid may "
+                f"traverse and only root may write (--runtime-root or {RUNTIME_ROOT_ENV}; "
+                f"default {DEFAULT_RUNTIME_ROOT})"
+            )
+
+
+def prepare(runtime: RuntimeDir) -> None:
+    """Make the runtime root (0711 for each missing directory), the runtime dir (0711)
+    and its owner file, the state dir (0700 if missing) and its ``runtime`` symlink; then
+    remove the runtime dirs of state dirs that are gone."""
+    check_root(runtime.root)
+    if not runtime.state_dir.exists():  # first: its runtime dir is kept while it exists
+        runtime.state_dir.mkdir(mode=0o700, parents=True)
+        runtime.state_dir.chmod(0o700)
+    _make_dirs(runtime.root)
+    check_root(runtime.root)  # what another process made meanwhile, too
+    claims = UidClaims(runtime.uids, runtime.path)
+    with claims.locked():
+        _make_private_dir(runtime.path)
+        write_private(runtime.path / OWNER_FILE, f"{runtime.state_dir}\n")
+        _remove_gone(runtime, claims)
+    _point(runtime.link, runtime.path)
+
+
+def _unsafe(directory: Path, info: os.stat_result, last: bool) -> str | None:
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory"
+    if info.st_uid not in (0, os.geteuid()):
+        return f"{directory} is owned by uid {info.st_uid}, not root"
+    if not mode & stat.S_IXOTH:
+        return f"sandbox uids cannot traverse {directory} (mode {mode:04o})"
+    if mode & 0o022 and (last or not mode & stat.S_ISVTX):
+        return f"others may write in {directory} (mode {mode:04o})"
+    return None
+
+
+def _make_dirs(root: Path) -> None:
+    missing = [d for d in (root, *root.parents) if not d.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o711)
+            directory.chmod(0o711)  # not the umask's
+
+
+def _make_private_dir(path: Path) -> None:
+    """``path`` as a directory of root's that others may only traverse (0711)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o711)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid()):
+        raise ConfigurationError(f"{path} is not a directory of root's; remove it")
+    if stat.S_IMODE(info.st_mode) != 0o711:
+        path.chmod(0o711)
+
+
+def _point(link: Path, target: Path) -> None:
+    """``link`` -> ``target``, replaced at once when it points elsewhere."""
+    with contextlib.suppress(OSError):
+        if os.readlink(link) == str(target):
+            return
+    if link.exists() and not link.is_symlink():
+        log.warning("%s is not a symlink: not pointing it at %s", link, target)
+        return
+    scratch = link.with_name(f".{link.name}.{os.getpid()}")
+    scratch.unlink(missing_ok=True)
+    scratch.symlink_to(target)
+    os.replace(scratch, link)
+
+
+def _remove_gone(runtime: RuntimeDir, claims: UidClaims) -> None:
+    """Under the claims lock: remove each runtime dir whose state dir is gone, with its
+    uid claims, unless a process still runs as one of them (a sandbox left running)."""
+    for entry in runtime.root.iterdir():
+        if entry == runtime.path or entry.name == UIDS or entry.is_symlink():
+            continue
+        try:
+            owner = Path((entry / OWNER_FILE).read_text().strip())
+        except OSError:
+            continue  # not a runtime dir, or not ours to judge
+        if not owner.is_absolute() or owner.exists():
+            continue
+        held = claims.held(entry)
+        if any(procfs.pids_of_uid(uid) for uid in held):
+            continue
+        for uid in held:
+            claims.drop_for(entry, uid)
+        shutil.rmtree(entry, ignore_errors=True)
+        log.info("removed %s, the runtime dir of %s, which is gone", entry, owner)

@@ -1,0 +1,294 @@
+"""The runtime dir (what sandbox uids reach, apart from the private state dir) and the
+host-wide uid claims that keep two agents on one host from sharing a uid."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.runtimedir import RuntimeDir, check_root, prepare, runtime_dir
+from sandboxctl.sandboxd.uids import UidClaims
+from tests.sandboxd.conftest import BASE
+from tests.sandboxd.servers import wait_until
+
+
+@pytest.fixture
+def top() -> Iterator[Path]:
+    """A directory every uid may traverse, for runtime roots and state dirs (ask for it
+    before make_agent: the agents are stopped before it goes)."""
+    path = Path(tempfile.mkdtemp(prefix="sandboxctl-runtimedir-", dir="/tmp"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def as_uid() -> Iterator[Callable[[int], subprocess.Popen[bytes]]]:
+    """Start a process running as a uid (what a sandbox left running looks like)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(uid: int) -> subprocess.Popen[bytes]:
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"]
+        process = subprocess.Popen(argv)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _layout(top: Path, name: str) -> RuntimeDir:
+    return runtime_dir(top / name / ".sandboxctl", top / "lib" / "runtime")
+
+
+def test_the_runtime_dir_is_keyed_by_the_real_path_of_the_state_dir(top: Path) -> None:
+    (top / "a").mkdir()
+    (top / "link").symlink_to(top / "a")
+    root = top / "runtime"
+    one = runtime_dir(top / "a" / "state", root)
+    assert runtime_dir(top / "link" / "state", root).path == one.path
+    assert runtime_dir(top / "b" / "state", root).path != one.path
+    assert one.path.parent == root
+    assert one.homes == one.path / "homes"
+    assert one.link == top / "a" / "state" / "runtime"
+
+
+def test_prepare_makes_the_layout_and_a_second_start_reuses_it(top: Path) -> None:
+    layout = _layout(top, "checkout")
+    prepare(layout)
+
+    for directory in (top / "lib", layout.root, layout.path):
+        info = directory.stat()
+        assert (info.st_uid, _mode(directory)) == (0, 0o711), directory
+    assert _mode(layout.uids) == 0o700
+    assert _mode(layout.state_dir) == 0o700
+    assert (layout.path / "state-dir").read_text() == f"{layout.state_dir}\n"
+    assert _mode(layout.path / "state-dir") == 0o600
+    assert os.readlink(layout.link) == str(layout.path)
+
+    prepare(layout)  # the next start: the same dir, nothing new
+    assert sorted(p.name for p in layout.root.iterdir()) == sorted([layout.path.name, "uids"])
+    assert os.readlink(layout.link) == str(layout.path)
+
+
+@pytest.mark.parametrize(
+    ("mode", "problem"),
+    [
+        (0o700, "sandbox uids cannot traverse {parent} (mode 0700)"),
+        (0o777, "others may write in {parent} (mode 0777)"),
+        (0o771, "others may write in {parent} (mode 0771)"),
+    ],
+)
+def test_a_root_under_an_unsafe_directory_is_refused(top: Path, mode: int, problem: str) -> None:
+    parent = top / "parent"
+    parent.mkdir()
+    parent.chmod(mode)
+    with pytest.raises(ConfigurationError) as refused:
+        check_root(parent / "runtime")
+    assert problem.format(parent=parent) in str(refused.value)
+    assert str(refused.value).startswith(f"--runtime-root {parent / 'runtime'}: ")
+    assert not (parent / "runtime").exists()
+
+
+def test_a_sticky_directory_may_be_above_the_root_but_not_be_it(top: Path) -> None:
+    shared = top / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    check_root(shared / "runtime")
+    with pytest.raises(ConfigurationError, match="others may write in"):
+        check_root(shared)
+
+
+def test_a_directory_of_another_user_is_refused(top: Path, uid_base: int) -> None:
+    theirs = top / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, uid_base, uid_base)
+    with pytest.raises(ConfigurationError, match=f"{theirs} is owned by uid {uid_base}, not root"):
+        check_root(theirs / "runtime")
+
+
+def test_uid_claims_keep_agents_apart(top: Path, uid_base: int, as_uid) -> None:  # type: ignore[no-untyped-def]
+    mine, theirs = top / "mine", top / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+    claims = UidClaims(top / "uids", mine)
+    other = UidClaims(top / "uids", theirs)
+
+    assert claims.take(uid_base)
+    assert claims.take(uid_base)  # already mine
+    assert not other.take(uid_base)
+    assert other.holder_of(uid_base) == mine
+    other.drop(uid_base)  # not theirs to drop
+    assert claims.held() == {uid_base}
+
+    claims.drop(uid_base)
+    assert other.take(uid_base)
+
+    # A claim of a runtime dir that is gone is stale...
+    shutil.rmtree(theirs)
+    assert claims.take(uid_base)
+    # ... and a uid some process runs as is nobody's to take.
+    as_uid(uid_base + 1)
+    wait_until(lambda: not claims.take(uid_base + 1), what="the process to run")
+    assert claims.held() == {uid_base}
+
+
+def test_the_runtime_dir_of_a_gone_state_dir_is_removed(top: Path, uid_base: int, as_uid) -> None:  # type: ignore[no-untyped-def]
+    gone, kept, other = _layout(top, "gone"), _layout(top, "kept"), _layout(top, "other")
+    for layout in (gone, kept, other):
+        prepare(layout)
+    (gone.homes / "sb_000000000000").mkdir(parents=True)
+    assert UidClaims(gone.uids, gone.path).take(uid_base)
+    assert UidClaims(kept.uids, kept.path).take(uid_base + 1)
+    shutil.rmtree(gone.state_dir)
+    shutil.rmtree(kept.state_dir)
+    process = as_uid(uid_base + 1)  # a sandbox of that fleet still runs
+
+    prepare(other)
+
+    assert not gone.path.exists()
+    assert UidClaims(other.uids, other.path).holder_of(uid_base) is None
+    assert kept.path.is_dir()
+    assert UidClaims(other.uids, other.path).holder_of(uid_base + 1) == kept.path
+
+    process.kill()
+    process.wait()
+    prepare(other)
+    assert not kept.path.exists()
+
+
+def _agent_settings(layout: RuntimeDir) -> dict[str, object]:
+    prepare(layout)
+    return {
+        "state_dir": layout.state_dir / "sandboxd",
+        "runtime_dir": layout.path,
+        "uid_claims": layout.uids,
+    }
+
+
+def _home_uids(agent: Agent) -> set[int]:
+    return {
+        agent.spec(record).home.stat().st_uid
+        for record in agent._records.values()
+        if agent.spec(record).home.is_dir()
+    }
+
+
+def test_homes_live_in_the_runtime_dir_and_two_agents_share_no_uid(top: Path, make_agent) -> None:  # type: ignore[no-untyped-def]
+    first_layout, second_layout = _layout(top, "first"), _layout(top, "second")
+    # Both from the same uid base, as two `make serve` runs.
+    first: Agent = make_agent(pools={BASE: 2}, **_agent_settings(first_layout))
+    second: Agent = make_agent(pools={BASE: 2}, **_agent_settings(second_layout))
+    assert first.refill_once() == 2
+    assert second.refill_once() == 2
+
+    homes = {first.spec(record).home.parent for record in first._records.values()}
+    assert homes == {first_layout.homes}
+    assert not (first_layout.state_dir / "sandboxd" / "homes").exists()
+    first_uids, second_uids = _home_uids(first), _home_uids(second)
+    assert len(first_uids) == len(second_uids) == 2
+    assert not first_uids & second_uids
+
+    # Destroying one agent's sandboxes leaves the other's alone, and frees the uids.
+    first.stop(destroy=True)
+    assert list(first_layout.homes.iterdir()) == []
+    assert all(second.runtime.alive(second.identity(r)) for r in second._records.values())
+    assert UidClaims(first_layout.uids, first_layout.path).held() == set()
+    assert UidClaims(second_layout.uids, second_layout.path).held() == second_uids
+
+
+def test_a_sandbox_from_before_runtime_dirs_is_adopted_and_cleaned_up(  # type: ignore[no-untyped-def]
+    top: Path, make_agent
+) -> None:
+    layout = _layout(top, "old")
+    settings = _agent_settings(layout)
+    layout.state_dir.chmod(0o711)  # as old agents needed: their sandbox uids went through it
+    old: Agent = make_agent(pools={BASE: 1}, state_dir=settings["state_dir"])  # homes inside
+    assert old.refill_once() == 1
+    [record] = old._records.values()
+    old_home = layout.state_dir / "sandboxd" / "homes" / record.id
+    assert old_home.is_dir()
+    old.stop()  # the sandbox keeps running
+
+    new: Agent = make_agent(pools={BASE: 1}, **settings)
+    assert new.adopt().adopted == (record.id,)
+    assert new.spec(new._records[record.id]).home == old_home
+    assert UidClaims(layout.uids, layout.path).held() == {record.uid}
+
+    new.set_pools({})  # drains the adopted sandbox: its old home goes, then the old dir
+    assert not old_home.exists()
+    new.stop()
+    again: Agent = make_agent(pools={}, **settings)
+    again.adopt()
+    assert not (layout.state_dir / "sandboxd" / "homes").exists()
+
+
+def test_a_start_cut_short_leaves_nothing_the_next_start_keeps(  # type: ignore[no-untyped-def]
+    top: Path, make_agent, uid_base: int, as_uid
+) -> None:
+    layout = _layout(top, "crashed")
+    settings = _agent_settings(layout)
+    # What an agent killed mid-start leaves: a home, its passwd file, a claimed uid with a
+    # process running as it, and no row.
+    layout.homes.mkdir()
+    (layout.homes / "sb_0123456789ab").mkdir()
+    (layout.homes / "sb_0123456789ab.passwd").write_text("")
+    assert UidClaims(layout.uids, layout.path).take(uid_base + 5)
+    process = as_uid(uid_base + 5)
+
+    agent: Agent = make_agent(pools={}, **settings)
+    agent.adopt()
+
+    assert list(layout.homes.iterdir()) == []
+    assert process.wait(timeout=10) == -9
+    assert UidClaims(layout.uids, layout.path).held() == set()
+
+
+def _serve_sandboxd(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sandboxctl", "serve-sandboxd", "--listen", "127.0.0.1:0"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_serve_sandboxd_refuses_an_unsafe_runtime_root_and_writes_nothing(top: Path) -> None:
+    private = top / "private"
+    private.mkdir(mode=0o700)
+    done = _serve_sandboxd(
+        "--state-dir", str(top / "state"), "--runtime-root", str(private / "runtime")
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"sandboxctl: error: --runtime-root {private / 'runtime'}: sandbox uids cannot "
+        f"traverse {private} (mode 0700); pick a runtime root that every uid may traverse "
+        "and only root may write (--runtime-root or SANDBOXCTL_RUNTIME_ROOT; default "
+        "/var/lib/sandboxctl/runtime)"
+    )
+    assert not (top / "state").exists()
+    assert not (private / "runtime").exists()
+
+
+def test_serve_sandboxd_refuses_a_template_sandbox_uids_cannot_reach(top: Path) -> None:
+    private = top / "private"
+    (private / "root").mkdir(parents=True)
+    private.chmod(0o700)
+    done = _serve_sandboxd("--state-dir", str(top / "state"), "--template", f"py={private}/root")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"sandboxctl: error: --template 'py={private}/root': sandbox uids cannot traverse "
+        f"{private} (mode 0700); keep templates where every uid may traverse"
+    )
