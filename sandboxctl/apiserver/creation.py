@@ -143,17 +143,22 @@ def parse_quantity(text: str) -> Decimal:
 
 
 def created_object(
-    request: CreateRequest, body: dict[str, Any], granted: Assignment, now: datetime, uid: str
+    request: CreateRequest,
+    body: dict[str, Any],
+    granted: Assignment,
+    now: datetime,
+    resource_version: str,
 ) -> dict[str, Any]:
-    """The submitted object as created: a fresh uid, now, where it runs, and Ready."""
+    """The submitted object as created: now, where it runs, Ready, and the version the
+    store gave the create (so a client can watch from it). No uid: no read carries one."""
     obj = copy.deepcopy(body)
     obj["apiVersion"], obj["kind"] = API_VERSION, KIND
     metadata = dict(obj.get("metadata") or {})
-    metadata.pop("resourceVersion", None)
+    metadata.pop("uid", None)
     metadata.update(
         name=request.name,
         namespace=request.namespace,
-        uid=uid,
+        resourceVersion=resource_version,
         creationTimestamp=format_rfc3339(now),
     )
     metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_NODE: granted.node}

@@ -6,31 +6,28 @@ create (a claim) and delete (a release), in JSON or in the Table form ``kubectl 
 prints. Every object and list carries ``apiVersion`` and ``kind``; every error is a
 ``Status`` (see ``status.py``).
 
+Lists and watches follow Kubernetes (see docs/api.md for the table): a list carries the
+store's resourceVersion; a watch from it delivers only later changes, in order; a version
+the server no longer holds (or never gave: versions are per server) is 410 Gone, as an
+ERROR event on a watch; ``sendInitialEvents``, ``allowWatchBookmarks``, ``timeoutSeconds``,
+``limit`` and ``continue`` are honoured.
+
 What differs from a real API server, on purpose:
 
-* Objects are synthesized from inventories, never stored, so there is no history.
-  ``resourceVersion`` (and ``resourceVersionMatch``) on a list or watch is accepted and
-  ignored: every watch opens by replaying the current view as ADDED events (a
-  list-then-watch client sees each object twice), then reports what each poll of the
-  store changed. With ``sendInitialEvents=true`` the replay ends with the BOOKMARK
-  annotated ``k8s.io/initial-events-end: "true"``, which kubectl 1.35 ``wait`` and
-  ``delete`` wait for. No periodic bookmarks are sent.
-* ``limit`` and ``continue`` are accepted and ignored: a list always answers every item,
-  with no continue token.
-* A watch polls the store every ``watch_interval`` seconds, so a change is seen at the
-  next poll after the node's inventory shows it.
-* Delete answers 200 with the last object once the owning node released the claim; the
-  object disappears from reads (and a watch reports DELETED) when the node's inventory
-  drops it, which is what ``kubectl delete`` waits for.
+* Objects are synthesized from inventories and this server's own writes (which it sees at
+  once; another replica's, at the node's next publish).
+* Delete answers 200 with the last object once the owning node released the claim.
 * ``dryRun`` is refused with 400; update and patch are not served (405).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -46,10 +43,11 @@ from sandboxctl.apiserver.creation import create_request, created_object
 from sandboxctl.apiserver.discovery import GROUP, LIST_KIND, PLURAL, RESOURCE, VERSION
 from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error, status_body
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.sandboxes import API_VERSION, sandbox_object
+from sandboxctl.core.sandboxes import API_VERSION
 from sandboxctl.core.watching import BOOKMARK, WatchEvent
 from sandboxctl.store import Query, SandboxStore
-from sandboxctl.store.watch import Watcher, list_version
+from sandboxctl.store.errors import Expired
+from sandboxctl.store.watch import Watch
 
 log = logging.getLogger("sandboxctl.apiserver")
 
@@ -57,6 +55,8 @@ T = TypeVar("T")
 
 PREFIX: Final = f"/apis/{GROUP}/{VERSION}"
 DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # seconds, when a watch names no timeoutSeconds
+BOOKMARK_SECONDS: Final = 30.0  # between the bookmarks of a watch that allows them
+MATCHES: Final = frozenset({"", "NotOlderThan", "Exact"})
 JSON: Final = "application/json"
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -66,8 +66,10 @@ def create_kube_app(
     store: SandboxStore,
     watch_interval: float = 1.0,
     stopping: Callable[[], bool] = lambda: False,
+    bookmark_interval: float = BOOKMARK_SECONDS,
 ) -> FastAPI:
-    """The API app over ``store``; each open watch polls it every ``watch_interval`` s.
+    """The API app over ``store``. A watch wakes at once for this server's own writes and
+    every ``watch_interval`` s for the inventories' changes.
 
     Open watches end (cleanly, as at their timeout) once ``stopping()`` is true: uvicorn's
     graceful shutdown waits for every open response, and a watch may run for half an hour.
@@ -75,6 +77,7 @@ def create_kube_app(
     if watch_interval <= 0:
         raise ValueError("watch_interval must be positive")
     app = FastAPI(title="sandboxctl apiserver", docs_url=None, redoc_url=None, openapi_url=None)
+    watching = _Watching(watch_interval, bookmark_interval, stopping)
 
     # --- discovery ---------------------------------------------------------------------
 
@@ -121,27 +124,27 @@ def create_kube_app(
 
     @app.get(f"{PREFIX}/{PLURAL}")
     async def list_all(request: Request) -> Response:
-        return await _read_collection(store, request, None, watch_interval, stopping)
+        return await _read_collection(store, request, None, watching)
 
     @app.get(PREFIX + "/namespaces/{namespace}/" + PLURAL)
     async def list_namespaced(request: Request, namespace: str) -> Response:
-        return await _read_collection(store, request, namespace, watch_interval, stopping)
+        return await _read_collection(store, request, namespace, watching)
 
     @app.get(PREFIX + "/namespaces/{namespace}/" + PLURAL + "/{name}")
     async def get(request: Request, namespace: str, name: str) -> Response:
         located = await _call(store.locate, namespace, name, details=_details(name))
         if located is None:
             raise _not_found(name)
-        obj = sandbox_object(located)
+        obj = store.object_of(located)
         if tables.wants_table(request.headers.get("accept", "")):
-            return _json(tables.table([obj], store.clock.now()))
+            return _json(tables.table([obj], store.now()))
         return _json(obj)
 
     @app.post(PREFIX + "/namespaces/{namespace}/" + PLURAL)
     async def create(request: Request, namespace: str) -> Response:
         _refuse_dry_run(request.query_params.getlist("dryRun"))
         body = await _body(request)
-        now = store.clock.now()
+        now = store.now()
         wanted = create_request(namespace, body, now)
         granted = await _call(
             store.claim,
@@ -151,7 +154,8 @@ def create_kube_app(
             wanted.ttl_seconds,
             details=_details(wanted.name),
         )
-        obj = created_object(wanted, body, granted, now, str(uuid.uuid4()))
+        version = store.version_of(wanted.namespace, wanted.name)
+        obj = created_object(wanted, body, granted, now, version)
         return _json(obj, status=201)
 
     @app.delete(PREFIX + "/namespaces/{namespace}/" + PLURAL + "/{name}")
@@ -165,8 +169,9 @@ def create_kube_app(
         located = await _call(store.locate, namespace, name, details=_details(name))
         if located is None:
             raise _not_found(name)
+        obj = store.object_of(located)
         await _call(store.release, located, details=_details(name))
-        return _json(sandbox_object(located))
+        return _json(obj)
 
     _install_error_handlers(app)
     return app
@@ -175,12 +180,15 @@ def create_kube_app(
 # --- list and watch ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Watching:
+    interval: float
+    bookmark_interval: float
+    stopping: Callable[[], bool]
+
+
 async def _read_collection(
-    store: SandboxStore,
-    request: Request,
-    namespace: str | None,
-    interval: float,
-    stopping: Callable[[], bool],
+    store: SandboxStore, request: Request, namespace: str | None, watching: _Watching
 ) -> Response:
     params = request.query_params
     try:
@@ -189,67 +197,138 @@ async def _read_collection(
         )
     except InvalidValueError as error:
         raise ApiError(400, str(error)) from None
-    _non_negative_int(params.get("limit"), "limit")  # checked, then ignored: lists are whole
+    version = _resource_version(params.get("resourceVersion"))
+    match = params.get("resourceVersionMatch") or ""
+    if match not in MATCHES:
+        raise _invalid("resourceVersionMatch", match, "expected NotOlderThan or Exact")
     as_table = tables.wants_table(request.headers.get("accept", ""))
-    if _flag(params.get("watch"), "watch"):
+    if _flag(params.get("watch"), "watch"):  # a watch list sends NotOlderThan with no version
         timeout = _non_negative_int(params.get("timeoutSeconds"), "timeoutSeconds")
-        initial = _flag(params.get("sendInitialEvents"), "sendInitialEvents")
-        watcher = Watcher(store, query)
-        opening = await _call(watcher.open, initial)
+        watch = store.watch(
+            query,
+            version or None,  # "0" is "any version": start from the current state
+            _flag(params.get("sendInitialEvents"), "sendInitialEvents"),
+        )
+        bookmarks = _flag(params.get("allowWatchBookmarks"), "allowWatchBookmarks")
+        try:
+            opening = await _call(watch.open)
+        except ApiError as error:
+            if error.code != 410:
+                raise
+            return StreamingResponse(_expired_stream(error), media_type=JSON)
         events = _watch_stream(
-            store, watcher, opening, as_table, timeout or DEFAULT_WATCH_TIMEOUT, interval, stopping
+            store, watch, opening, as_table, timeout or DEFAULT_WATCH_TIMEOUT, bookmarks, watching
         )
         return StreamingResponse(events, media_type=JSON)
-    items = await _call(store.list, query)
-    version = list_version(items)
+    if match and version is None:
+        raise _invalid("resourceVersionMatch", match, "needs a resourceVersion")
+    limit = _non_negative_int(params.get("limit"), "limit")
+    token = params.get("continue") or None
+    if token and version:
+        raise _invalid("resourceVersion", str(version), "not allowed with continue")
+    page = await _call(store.list, query, limit or None, token)
+    if version and (version > page.version or (match == "Exact" and version != page.version)):
+        # A version from another replica, or one this server no longer lists at.
+        raise _gone(Expired(version, None, page.version))
+    metadata: dict[str, Any] = {"resourceVersion": str(page.version)}
+    if page.continue_token:
+        metadata["continue"] = page.continue_token
+    if page.remaining is not None:
+        metadata["remainingItemCount"] = page.remaining
     if as_table:
-        return _json(tables.table(items, store.clock.now(), version))
+        body = tables.table(page.items, store.now(), str(page.version))
+        body["metadata"] = metadata
+        return _json(body)
     return _json(
-        {
-            "apiVersion": API_VERSION,
-            "kind": LIST_KIND,
-            "metadata": {"resourceVersion": version},
-            "items": items,
-        }
+        {"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": metadata, "items": page.items}
     )
 
 
 async def _watch_stream(
     store: SandboxStore,
-    watcher: Watcher,
+    watch: Watch,
     opening: list[WatchEvent],
     as_table: bool,
     timeout: float,
-    interval: float,
-    stopping: Callable[[], bool],
+    bookmarks: bool,
+    watching: _Watching,
 ) -> AsyncIterator[bytes]:
-    """One JSON event per line: the opening events, then each poll's changes, until the
-    timeout or the server stops. Starlette cancels this generator when the client goes
-    away."""
-    deadline = anyio.current_time() + timeout
-    for event in opening:
-        yield _event_line(event, as_table, store)
-    while True:
-        left = deadline - anyio.current_time()
-        if left <= 0:
-            return
-        await anyio.sleep(min(interval, left))
-        if anyio.current_time() >= deadline or stopping():
-            return
-        try:
-            events = await run_in_threadpool(watcher.tick)
-        except Exception:  # a failed poll skips its tick; the known state is unchanged
-            log.exception("a sandbox watch poll failed; skipping this tick")
-            continue
-        for event in events:
+    """One JSON event per line: the opening events, then the changes as they come, until
+    the timeout or the server stops. Starlette cancels this generator when the client
+    goes away."""
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # called from the thread whose sync logged a change
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(woken.set)
+
+    unsubscribe = store.subscribe(wake)
+    try:
+        deadline = anyio.current_time() + timeout
+        next_bookmark = anyio.current_time() + watching.bookmark_interval
+        for event in opening:
             yield _event_line(event, as_table, store)
+        while True:
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                return
+            with anyio.move_on_after(min(watching.interval, left)):
+                await woken.wait()
+            woken.clear()
+            if anyio.current_time() >= deadline or watching.stopping():
+                return
+            try:
+                events = await run_in_threadpool(watch.poll)
+            except Expired as error:  # fell further behind than the log retains
+                yield _error_line(_gone(error))
+                return
+            except Exception:  # a failed poll skips its tick; the cursor is unchanged
+                log.exception("a sandbox watch poll failed; skipping this tick")
+                continue
+            for event in events:
+                yield _event_line(event, as_table, store)
+            if bookmarks and anyio.current_time() >= next_bookmark:
+                next_bookmark = anyio.current_time() + watching.bookmark_interval
+                yield _event_line(watch.progress(), as_table, store)
+    finally:
+        unsubscribe()
+
+
+async def _expired_stream(error: ApiError) -> AsyncIterator[bytes]:
+    yield _error_line(error)
+
+
+def _error_line(error: ApiError) -> bytes:
+    return (
+        json.dumps({"type": "ERROR", "object": error.body()}, separators=(",", ":")).encode()
+        + b"\n"
+    )
 
 
 def _event_line(event: WatchEvent, as_table: bool, store: SandboxStore) -> bytes:
     obj = event.object
     if as_table and event.type != BOOKMARK:
-        obj = tables.table([obj], store.clock.now())
+        obj = tables.table([obj], store.now())
     return json.dumps({"type": event.type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _resource_version(value: str | None) -> int | None:
+    """None when absent or empty; 400 naming the field when it is not a version."""
+    if value is None or value == "":
+        return None
+    if not value.isascii() or not value.isdigit():
+        raise _invalid("resourceVersion", value, "expected a resourceVersion this server gave")
+    return int(value)
+
+
+def _gone(error: Expired) -> ApiError:
+    return ApiError(410, str(error), reason="Expired")
+
+
+def _invalid(field: str, value: str, why: str) -> ApiError:
+    cause = {"reason": "FieldValueInvalid", "field": field, "message": why}
+    return ApiError(400, f"{field} {value!r}: {why}", details={"causes": [cause]})
 
 
 # --- helpers -----------------------------------------------------------------------------

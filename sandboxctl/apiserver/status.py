@@ -7,6 +7,7 @@ kubectl prints as ``Error from server (<reason>): <message>``:
 error                              code  reason
 =================================  ====  ==================
 store NotFound, unknown path        404  NotFound
+store Expired (resourceVersion)     410  Expired
 InvalidValueError (selectors, ...)  400  BadRequest
 ApiError                            its  its
 NodeRefused (the node's 4xx)        its  by code (Conflict, ...)
@@ -22,7 +23,13 @@ from typing import Any, Final
 
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.placement import NoWarmCapacity
-from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
+from sandboxctl.store.errors import (
+    ClaimRoutingOff,
+    Expired,
+    NodeRefused,
+    NodeUnavailable,
+    NotFound,
+)
 
 NOT_FOUND_PATH: Final = "the server could not find the requested resource"
 
@@ -95,6 +102,8 @@ def api_error(error: Exception, details: dict[str, Any] | None = None) -> ApiErr
         return error
     if isinstance(error, NotFound):
         return ApiError(404, str(error), details=details)
+    if isinstance(error, Expired):
+        return ApiError(410, str(error), reason="Expired")
     if isinstance(error, InvalidValueError):
         return ApiError(400, str(error), details=details)
     if isinstance(error, NodeRefused):

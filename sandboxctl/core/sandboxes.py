@@ -1,9 +1,8 @@
 """The ``Sandbox`` object as served (``agents.x-k8s.io/v1beta1``), made from an inventory entry.
 
-A Sandbox is never stored: every read synthesizes it from the entry that a node's inventory
-reports, so it carries no UID, and its ``resourceVersion`` is a hash of the entry's fields.
-An entry that has not changed keeps its resourceVersion; a change in any hashed field gives
-a new one, which is what a watch reports as MODIFIED.
+A Sandbox is never stored: it is synthesized from the entry that a node's inventory
+reports, so it carries no UID. Its ``resourceVersion`` is the number the store's ledger
+gave the change that made it (an unchanged entry keeps it).
 
 The label and annotation keys are defined here once; everything that reads or writes them
 imports them from this module.
@@ -12,10 +11,9 @@ imports them from this module.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sandboxctl.core.model import Entry, split_name
+from sandboxctl.core.model import split_name
 from sandboxctl.core.snapshot import Located
 from sandboxctl.core.timestamps import format_rfc3339
 
@@ -43,49 +41,14 @@ CONDITION_READY: Final = "Ready"
 READY_PHASES: Final = frozenset({"running", "ready"})
 UNKNOWN_REASON: Final = "Unknown"
 
-FNV64_OFFSET: Final = 0xCBF29CE484222325
-FNV64_PRIME: Final = 0x100000001B3
-_MASK64: Final = 0xFFFFFFFFFFFFFFFF
-
 _LABEL_VALUE_MAX = 63
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def fnv1a_64(data: bytes) -> int:
-    """FNV-1a, 64 bits: xor each byte in, then multiply by the FNV prime modulo 2**64."""
-    value = FNV64_OFFSET
-    for byte in data:
-        value = ((value ^ byte) * FNV64_PRIME) & _MASK64
-    return value
 
 
 def is_label_value(text: str) -> bool:
     """Whether Kubernetes accepts ``text`` as a label value (at most 63 characters of
     alphanumerics, ``-``, ``_`` and ``.``, starting and ending alphanumeric; empty is valid)."""
     return len(text) <= _LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(text) is not None
-
-
-def resource_version(entry: Entry) -> str:
-    """The decimal FNV-1a 64 hash of the entry's identifying fields.
-
-    The hashed text is ``ns/name|id|phase|claimRef|addr|template|deadline|claimedAt`` with
-    the deadline as RFC 3339 UTC and claimedAt as Unix seconds, each empty when unset.
-    ``metadata``, ``cpuCount`` and ``memoryBytes`` are not hashed: a change to them alone
-    keeps the resourceVersion (and so gives no MODIFIED in a watch).
-    """
-    namespace, name = split_name(entry.name)
-    parts = (
-        f"{namespace}/{name}",
-        entry.id,
-        entry.phase,
-        entry.claim_ref,
-        entry.addr,
-        entry.template,
-        format_rfc3339(entry.deadline) if entry.deadline is not None else "",
-        str(_unix_seconds(entry.claimed_at)) if entry.claimed_at is not None else "",
-    )
-    return str(fnv1a_64("|".join(parts).encode("utf-8")))
 
 
 def sandbox_labels(located: Located) -> dict[str, str]:
@@ -134,14 +97,17 @@ def is_ready(phase: str) -> bool:
     return phase.lower() in READY_PHASES
 
 
-def sandbox_object(located: Located) -> dict[str, Any]:
-    """The served Sandbox for one entry on one node, as a JSON-ready dict (no UID)."""
+def sandbox_object(located: Located, resource_version: str) -> dict[str, Any]:
+    """The served Sandbox for one entry on one node, as a JSON-ready dict (no UID).
+
+    ``resource_version`` is given by the store's ledger, which numbers every change it
+    observes (see ``store/ledger.py``)."""
     entry = located.entry
     namespace, name = split_name(entry.name)
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if entry.claimed_at is not None:
         metadata["creationTimestamp"] = format_rfc3339(entry.claimed_at)
-    metadata["resourceVersion"] = resource_version(entry)
+    metadata["resourceVersion"] = resource_version
     metadata["labels"] = sandbox_labels(located)
     annotations = sandbox_annotations(located)
     if annotations:
@@ -174,8 +140,3 @@ def addr_host(addr: str) -> str:
     if rest.count(":") == 1:
         return rest.partition(":")[0]
     return rest  # a bare host, or an unbracketed IPv6 address without a port
-
-
-def _unix_seconds(value: datetime) -> int:
-    """Whole seconds since the epoch, floored, exact for any aware datetime."""
-    return (value - _EPOCH) // timedelta(seconds=1)

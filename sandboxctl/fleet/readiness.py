@@ -165,18 +165,13 @@ class Readiness:
         return True
 
     def _node_listed(self) -> bool:
-        return self.agent.settings.node in self.store.view().fresh_nodes()
+        return self.agent.settings.node in self.store.fresh_nodes()
 
     def _pools_full(self) -> bool:
-        return all(p["warm"] >= p["target"] for p in self.agent.info()["pools"])
+        return all(p.warm >= p.target for p in self.agent.info().pools)
 
     def _pool_summary(self) -> str:
-        rows = []
-        for row in self.agent.info()["pools"]:
-            key = row["key"]
-            name = "/".join(str(key[part]) for part in ("template", "net", "size") if part in key)
-            rows.append(f"{name} {row['warm']}/{row['target']}")
-        return ", ".join(rows)
+        return ", ".join(f"{p.key} {p.warm}/{p.target}" for p in self.agent.info().pools)
 
 
 def _answers(http: httpx.Client, url: str, headers: Mapping[str, str] | None = None) -> str | None:

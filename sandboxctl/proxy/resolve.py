@@ -18,14 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from sandboxctl.agentapi import SandboxRow
 from sandboxctl.apiserver.e2b.ids import public_id, same_sandbox
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.proxy.budget import TokenBucket
-from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
 from sandboxctl.store import SandboxStore
-from sandboxctl.store.nodes import NodeAccess
 
 CACHE_CAPACITY = 4096
 
@@ -89,18 +87,12 @@ class Resolver:
         cache: OwnerCache,
         on_probe: Callable[[], None] = lambda: None,
     ) -> None:
-        if store.nodes is None:
+        if not store.routes_claims:
             raise ValueError("the envd proxy needs a store with node access (NodeAccess)")
         self.store = store
-        self.nodes: NodeAccess = store.nodes
         self.budget = budget
         self.cache = cache
         self.on_probe = on_probe
-        # The same source, rule, clock and owner index, without node access: its
-        # locate_claim reads inventories only and never fans out to the nodes.
-        self._inventories = SandboxStore(
-            store.source, store.rule, clock=store.clock, index=store.index
-        )
 
     def cached(self, requested: str) -> Owner | None:
         """The cached owner while its node is still fresh at the same address; no I/O, so
@@ -109,8 +101,7 @@ class Resolver:
         cached = self.cache.get(key)
         if cached is None:
             return None
-        inventory = self.store.view().inventory(cached.node)
-        if inventory is not None and inventory.address == cached.address:
+        if self.store.address(cached.node) == cached.address:
             return cached
         self.cache.forget(key)
         return None
@@ -133,49 +124,36 @@ class Resolver:
         self.cache.forget(public_id(requested))
 
     def _from_inventory(self, requested: str) -> Owner | None:
-        located = self._inventories.locate_claim(
-            claim_spelling(requested), match=lambda claim_id: same_sandbox(requested, claim_id)
+        located = self.store.locate_claim(
+            claim_spelling(requested),
+            match=lambda claim_id: same_sandbox(requested, claim_id),
+            ask_nodes=False,
         )
         if located is None:
             return None
-        inventory = self.store.view().inventory(located.node)
-        if inventory is None or not inventory.address:
+        address = self.store.address(located.node)
+        if address is None:
             return None
         try:
             row = self.store.read(located)  # the owning node's live row: the claim token
         except SandboxctlError:
             return None
-        return _owner(located.node, inventory.address, row)
+        return _owner(located.node, address, row)
 
     def _probe(self, requested: str) -> Owner | None:
         if not self.budget.take():
             return None
         self.on_probe()
-        view = self.store.view()
-        nodes: dict[str, str] = {}
-        for node in view.fresh_nodes():
-            inventory = view.inventory(node)
-            if inventory is not None and inventory.address:
-                nodes[inventory.address] = node
         spellings = list(dict.fromkeys((requested, claim_spelling(requested))))
-
-        def ask(client: SandboxdClient) -> tuple[str, dict[str, Any]] | None:
-            for spelling in spellings:
-                try:
-                    return client.address, client.get(spelling)
-                except SandboxdError as error:
-                    if error.status != 404:
-                        raise
+        try:
+            hit = self.store.probe(spellings)
+        except SandboxctlError:
             return None
-
-        for address in nodes:
-            self.store.stats.asked(address)
-        hit = self.nodes.first_hit(list(nodes), ask)
         if hit is None:
             return None
-        found_at, row = hit
-        owner_node = nodes.get(found_at)
-        return _owner(owner_node, found_at, row) if owner_node is not None else None
+        located, row = hit
+        address = self.store.address(located.node)
+        return _owner(located.node, address, row) if address is not None else None
 
 
 def claim_spelling(requested: str) -> str:
@@ -186,10 +164,7 @@ def claim_spelling(requested: str) -> str:
     return requested
 
 
-def _owner(node: str, address: str, row: Any) -> Owner | None:
-    if not isinstance(row, dict):
+def _owner(node: str, address: str, row: SandboxRow) -> Owner | None:
+    if not row.token:
         return None
-    claim_id, token = row.get("id"), row.get("token")
-    if not isinstance(claim_id, str) or not isinstance(token, str) or not token:
-        return None
-    return Owner(node, address, claim_id, token)
+    return Owner(node, address, row.id, row.token)

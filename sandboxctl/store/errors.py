@@ -36,3 +36,18 @@ class NodeUnavailable(StoreError):
 
 class ClaimRoutingOff(StoreError):
     """Claims and verbs need the fleet's root token to reach the nodes."""
+
+
+class Expired(StoreError):
+    """A resourceVersion or continue token this server no longer holds, or never gave
+    (410 Gone: the client relists)."""
+
+    def __init__(self, version: int, oldest: int | None, current: int) -> None:
+        self.version = version
+        self.current = current
+        if version > current:
+            message = f"resource version {version} was not given by this server ({current})"
+        else:
+            held = f"; the oldest held is {oldest}" if oldest is not None else ""
+            message = f"too old resource version: {version} ({current}){held}"
+        super().__init__(message)

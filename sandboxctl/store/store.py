@@ -1,13 +1,19 @@
-"""The sandbox store: the fleet's inventories served as Sandbox objects.
+"""The sandbox store: the one read path to the fleet, for every API that serves it.
 
 Reads come from the source's snapshot under the freshness rule, so a stale node is
-invisible to every read, verb and claim, and receives no request. Lookups by name or
-claim id resolve in this order (each step only when the one before missed):
+invisible to every read, verb and claim, and receives no request. Over that snapshot the
+store lays this server's own writes the inventories do not show yet (``overlay``), and
+keeps every sandbox as one Kubernetes object with a resourceVersion and a log of changes
+(``ledger``): lists, pages and watches read those, so a write through this server is
+visible to its next read of any kind.
 
-1. the owning-node index, then that node's inventory;
-2. that node's agent, live (a claim made since its last publish);
-3. every fresh node's inventory;
-4. with claim routing, every fresh node's agent, live.
+Lookups by name or claim id resolve in this order (each step only when the one before
+missed):
+
+1. what this server reads: the inventories with its pending writes applied;
+2. the owning-node index (the node that answered for the name or id last time), live;
+3. with claim routing, every fresh node's agent, live (a claim another replica made since
+   the last publish).
 
 A hit is remembered in the index, so a read right after a create asks only the node that
 holds the new sandbox.
@@ -16,26 +22,41 @@ holds the new sandbox.
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import json
 import random
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
-
+from sandboxctl.agentapi import (
+    AgentApiError,
+    AgentClient,
+    AgentError,
+    ClaimGrant,
+    ClaimRequest,
+    SandboxRow,
+)
+from sandboxctl.agentapi.mapping import HIBERNATED, RUNNING, entry_from_row
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import PoolKey
+from sandboxctl.core.model import Entry, PoolKey
 from sandboxctl.core.placement import Delivered, Failed, Outcome, Undelivered, place
 from sandboxctl.core.sandboxes import sandbox_fields, sandbox_labels, sandbox_object
 from sandboxctl.core.selectors import SANDBOX_FIELDS, FieldSelector, LabelSelector
-from sandboxctl.core.snapshot import FleetView, Located, WarmCandidate
-from sandboxctl.inventory.mapping import entry_from_row
+from sandboxctl.core.snapshot import FleetView, Located, NodeRecord, WarmCandidate
+from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339
 from sandboxctl.inventory.source import InventorySource
-from sandboxctl.sandboxd.client import SandboxdClient, SandboxdError
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
 from sandboxctl.store.index import OwnerIndex
+from sandboxctl.store.ledger import DEFAULT_RETAIN, Change, Ledger, State
+from sandboxctl.store.lists import ListPage, ListStates
 from sandboxctl.store.nodes import NodeAccess, undelivered
+from sandboxctl.store.overlay import PendingWrites
+from sandboxctl.store.pages import KeyOf, SortedIndex
+from sandboxctl.store.watch import Watch
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +86,16 @@ class Query:
         name = self.fields.exact("metadata.name")
         return (self.namespace, name) if name else None
 
+    @property
+    def selects_all_in_namespace(self) -> bool:
+        return self.labels.empty and self.fields.empty
+
     def accepts(self, located: Located) -> bool:
         namespace, _ = located.entry.namespaced_name
         if self.namespace is not None and namespace != self.namespace:
             return False
+        if self.selects_all_in_namespace:
+            return True
         return self.labels.matches(sandbox_labels(located)) and self.fields.matches(
             sandbox_fields(located)
         )
@@ -87,18 +114,29 @@ class Assignment:
 
 @dataclass(slots=True)
 class ReadStats:
-    """What reads cost, for tests and benchmarks: fleet sweeps, single-node reads, and
-    live requests per node address."""
+    """What reads cost, for tests and benchmarks: live requests per node address, and
+    node records the ledger read (rescans)."""
 
-    fleet_reads: int = 0
-    node_reads: int = 0
     live_asks: dict[str, int] = field(default_factory=dict)
+    rescans: int = 0
 
     def asked(self, address: str) -> None:
         self.live_asks[address] = self.live_asks.get(address, 0) + 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What this server reads at one sync: the view, and each fresh node's record with
+    its pending writes applied, in node-name order."""
+
+    view: FleetView
+    records: tuple[tuple[str, NodeRecord], ...]
+    by_node: Mapping[str, NodeRecord]
+
+
 class SandboxStore:
+    """One per process: every service of a process reads the fleet through it."""
+
     def __init__(
         self,
         source: InventorySource,
@@ -107,89 +145,185 @@ class SandboxStore:
         clock: Clock | None = None,
         nodes: NodeAccess | None = None,
         rng: random.Random | None = None,
-        index: OwnerIndex | None = None,
-        indexed: bool = True,
+        retain: int = DEFAULT_RETAIN,
+        write_bound: timedelta | None = None,
+        first_version: int | None = None,
     ) -> None:
-        self.source = source
-        self.rule = rule
-        self.clock = clock or SystemClock()
-        self.nodes = nodes  # None: no claim routing, lookups read inventories only
-        self.index = index if index is not None else OwnerIndex()
-        self.stats = ReadStats()
-        self.indexed = indexed  # False only to measure what the indexes buy
+        self._source = source
+        self._rule = rule
+        self._clock = clock or SystemClock()
+        self._nodes = nodes  # None: no claim routing, lookups read inventories only
+        self._index = OwnerIndex()
+        self._stats = ReadStats()
         self._rng = rng or random.Random()
+        self._ledger = Ledger(retain, first_version)
+        self._writes = PendingWrites(write_bound or rule.stale_after)
+        self._lists = ListStates(self._clock.monotonic)
+        self._pages: dict[KeyOf, SortedIndex] = {}
+        self._sync_lock = threading.Lock()
+        self._read: tuple[tuple[object, ...], _Read] | None = None
 
     def close(self) -> None:
         """Close the connections to nodes (the source belongs to the caller)."""
-        if self.nodes is not None:
-            self.nodes.close()
+        if self._nodes is not None:
+            self._nodes.close()
 
-    # --- reads ---------------------------------------------------------------------------
+    # --- what this server reads ----------------------------------------------------------
 
-    def view(self) -> FleetView:
-        return self.source.snapshot().view(self.rule, self.clock.now(), self.clock.monotonic())
+    @property
+    def stats(self) -> ReadStats:
+        self._stats.rescans = self._ledger.rescans
+        return self._stats
 
-    def list(self, query: Query) -> list[dict[str, Any]]:
-        """Sandbox objects matching the query, sorted by (namespace, name)."""
-        if query.pin is not None:
-            found = self.list_pinned(query)
-            return [sandbox_object(found)] if found else []
-        return [sandbox_object(located) for located in self.sweep(self.view(), query)]
+    @property
+    def routes_claims(self) -> bool:
+        """Whether this store can reach the nodes (claims, verbs, live lookups)."""
+        return self._nodes is not None
 
-    def sweep(self, view: FleetView, query: Query) -> builtins.list[Located]:
-        """Every fresh entry the query accepts, sorted by (namespace, name)."""
-        self.stats.fleet_reads += 1
-        found = [loc for loc in view.entries(query.namespace) if query.accepts(loc)]
-        found.sort(key=lambda loc: (loc.entry.namespaced_name, loc.node))
-        return found
+    def now(self) -> datetime:
+        return self._clock.now()
 
-    def list_pinned(self, query: Query) -> Located | None:
-        """The one sandbox a pinned list names. When resolution finds a duplicate the
-        selectors reject, the inventories are swept for one they accept, so a pinned list
-        and a pinned watch agree on which duplicate they follow."""
-        if query.pin is None:
-            raise ValueError("list_pinned needs a pinned query")
-        located = self.locate(*query.pin)
-        if located is None or query.accepts(located):
-            return located
-        return self.first_accepted(self.view(), query)
+    def sync(self) -> _Read:
+        """Bring the ledger up to the source's snapshot and this server's writes; cheap
+        when neither changed since the last call."""
+        view = self._source.snapshot().view(self._rule, self._clock.now(), self._clock.monotonic())
+        with self._sync_lock:
+            snapshot = view.snapshot
+            if len(self._writes):
+                self._writes.settle(snapshot.record, self._clock.monotonic())
+            inputs = (snapshot, view.rule.cutoff(view.reference), self._writes.version)
+            last = self._read
+            if last is not None and _same(last[0], inputs):
+                return dataclasses.replace(last[1], view=view)
+            records = tuple(
+                (node, self._writes.apply(node, record))
+                for node in view.fresh_nodes()
+                if (record := snapshot.record(node)) is not None
+            )
+            read = _Read(view, records, dict(records))
+            self._ledger.sync(inputs, lambda: records)
+            self._read = (inputs, read)
+            return read
 
-    def first_accepted(self, view: FleetView, query: Query) -> Located | None:
-        """Sweep the inventories for the pinned name; ask no agent."""
-        if query.pin is None:
-            raise ValueError("first_accepted needs a pinned query")
-        self.stats.fleet_reads += 1
-        for located in view.lookup_name(*query.pin):
-            if query.accepts(located):
-                return located
-        return None
+    def state(self) -> State:
+        """Every object at the ledger's current version."""
+        self.sync()
+        return self._ledger.state()
+
+    def changes_since(self, version: int) -> list[Change]:
+        self.sync()
+        return self._ledger.since(version)
+
+    def check_version(self, version: int) -> None:
+        """Raise Expired unless a watch can resume from ``version``."""
+        self.sync()
+        self._ledger.check(version)
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after each sync that logged a change (from that thread)."""
+        return self._ledger.subscribe(listener)
+
+    def retained_changes(self) -> int:
+        return self._ledger.retained()
+
+    def fresh_nodes(self) -> list[str]:
+        return [node for node, _ in self.sync().records]
+
+    def address(self, node: str) -> str | None:
+        """A fresh node's advertised address; None when it is stale, unknown or has none."""
+        inventory = self.sync().view.inventory(node)
+        return inventory.address if inventory is not None and inventory.address else None
+
+    def has_template(self, template: str) -> bool:
+        """Whether a fresh node has a pool of ``template``."""
+        return any(
+            pool.key.template == template
+            for _, record in self.sync().records
+            for pool in record.inventory.pools
+        )
+
+    def warm_candidates(self, key: PoolKey) -> list[WarmCandidate]:
+        return self.sync().view.warm_candidates(key)
+
+    # --- lists, watches and pages ----------------------------------------------------
+
+    def list(
+        self, query: Query, limit: int | None = None, continue_token: str | None = None
+    ) -> ListPage:
+        """One page of the objects matching the query, sorted by (namespace, name), from
+        one consistent state: the current one, or the one ``continue_token`` names."""
+        current = self.state()
+        if continue_token:
+            state, after = self._lists.resume(continue_token, current)
+        else:
+            state, after = current, None
+        return self._lists.page(state, query, after, limit)
+
+    def watch(
+        self,
+        query: Query,
+        resource_version: int | None = None,
+        send_initial_events: bool = False,
+    ) -> Watch:
+        return Watch(self, query, resource_version, send_initial_events)
+
+    def page(
+        self,
+        namespace: str,
+        key: KeyOf,
+        accepts: Callable[[Entry], bool],
+        cursor: Any,
+        descending: bool,
+        limit: int | None,
+    ) -> tuple[builtins.list[Located], Any, datetime]:
+        """Sandboxes of a namespace ordered by ``key`` (a function of the entry kept for
+        the store's life), after ``cursor``; the cursor of the next page (see ``pages``);
+        and the time of the read. The e2b listing reads this."""
+        read = self.sync()
+        with self._sync_lock:
+            index = self._pages.setdefault(key, SortedIndex(key))
+        found, following = index.page(read.records, namespace, accepts, cursor, descending, limit)
+        return found, following, read.view.now
+
+    def object_of(self, located: Located) -> dict[str, Any]:
+        """The served object for a located sandbox: the ledger's when it holds that very
+        entry, else one made now at the current version."""
+        state = self._ledger.state()
+        held = state.held.get(located.entry.namespaced_name)
+        if held is not None and held.located == located:
+            return held.object
+        return sandbox_object(located, str(state.version))
+
+    def version_of(self, namespace: str, name: str) -> str:
+        """The resourceVersion this server reads a name at (the current one if absent)."""
+        state = self.state()
+        held = state.held.get((namespace, name))
+        return str(held.version if held is not None else state.version)
+
+    # --- lookups -------------------------------------------------------------------------
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         located = self.locate(namespace, name)
         if located is None:
             raise NotFound(f'sandboxes "{name}"')
-        return sandbox_object(located)
+        return self.object_of(located)
 
     def locate(self, namespace: str, name: str) -> Located | None:
-        view = self.view()
-        if not self.indexed:
-            self.stats.fleet_reads += 1
-            return next(
-                (loc for loc in view.entries(namespace) if loc.entry.namespaced_name[1] == name),
-                None,
-            )
-        node = self.index.name(namespace, name)
+        read = self.sync()
+        held = self._ledger.state().held.get((namespace, name))
+        if held is not None:
+            return held.located
+        node = self._index.name(namespace, name)
         if node is not None:
-            found = self._on_node_by_name(view, node, namespace, name)
+            found = self._live_on(
+                read, node, lambda c: self._live_by_name(c, node, namespace, name)
+            )
             if found is not None:
                 return found
-        for located in view.lookup_name(namespace, name):
-            self.index.remember_name(namespace, name, located.node)
-            return located
-        if self.nodes is not None:
-            found = self._fan_out(view, lambda c, n: self._live_by_name(c, n, namespace, name))
+        if self._nodes is not None:
+            found = self._fan_out(read, lambda c, n: self._live_by_name(c, n, namespace, name))
             if found is not None:
-                self.index.remember_name(namespace, name, found.node)
+                self._index.remember_name(namespace, name, found.node)
                 return found
         return None
 
@@ -198,9 +332,12 @@ class SandboxStore:
         claim_id: str,
         namespace: str | None = None,
         match: Callable[[str], bool] | None = None,
+        *,
+        ask_nodes: bool = True,
     ) -> Located | None:
-        """A sandbox by claim id. ``match`` widens equality (e.g. the e2b id spelling)."""
-        view = self.view()
+        """A sandbox by claim id. ``match`` widens equality (e.g. the e2b id spelling);
+        ``ask_nodes`` False reads only what this server holds, never an agent."""
+        read = self.sync()
         accepts = match or (lambda candidate: candidate == claim_id)
 
         def wanted(located: Located) -> bool:
@@ -211,40 +348,57 @@ class SandboxStore:
                 and (namespace is None or ns == namespace)
             )
 
-        node = self.index.claim(namespace or "", claim_id)
-        if node is not None:
-            self.stats.node_reads += 1
-            record = view.inventory(node)
-            if record is not None:
-                for entry in record.entries:
-                    if wanted(Located(node, entry)):
-                        return Located(node, entry)
-            found = self._live_on(view, node, lambda c: self._live_by_id(c, node, claim_id))
-            if found is not None and wanted(found):
-                return found
-        located = view.lookup_claim_id(claim_id)
-        if located is not None and wanted(located):
-            self.index.remember_claim(namespace or "", claim_id, located.node)
-            return located
+        found = self._held_claim(read, claim_id)
+        if found is not None:
+            return found if wanted(found) else None
         if match is not None:  # another spelling: the index by id cannot answer, sweep
-            self.stats.fleet_reads += 1
-            for located in view.entries(namespace):
-                if wanted(located):
-                    return located
-        if self.nodes is not None:
-            found = self._fan_out(view, lambda c, n: self._live_by_id(c, n, claim_id))
+            for holder, record in read.records:
+                for entry in record.inventory.entries:
+                    if wanted(located := Located(holder, entry)):
+                        return located
+        if not ask_nodes or self._nodes is None:
+            return None
+        owner = self._index.claim(namespace or "", claim_id)
+        if owner is not None:
+            found = self._live_on(read, owner, lambda c: self._live_by_id(c, owner, claim_id))
             if found is not None and wanted(found):
-                self.index.remember_claim(namespace or "", claim_id, found.node)
                 return found
+        found = self._fan_out(read, lambda c, n: self._live_by_id(c, n, claim_id))
+        if found is not None and wanted(found):
+            self._index.remember_claim(namespace or "", claim_id, found.node)
+            return found
         return None
 
-    def held_by_node(self, located: Located, query: Query) -> bool:
-        """Whether the sandbox's node still lists it live and the query still accepts it
-        (a pinned watch keeps such an entry while the next publish catches up)."""
-        view = self.view()
-        namespace, name = located.entry.namespaced_name
-        found = self._on_node_live_by_name(view, located.node, namespace, name)
-        return found is not None and query.accepts(found)
+    def probe(self, claim_ids: Sequence[str]) -> tuple[Located, SandboxRow] | None:
+        """Ask every fresh node's agent for any of ``claim_ids`` (spellings of one id);
+        the first node that has it answers with its live row (with the claim token)."""
+        nodes = self._routing()
+        read = self.sync()
+        targets = self._targets(read)
+        by_address = {address: node for node, address in targets}
+
+        def ask(client: AgentClient) -> tuple[Located, SandboxRow] | None:
+            for claim_id in claim_ids:
+                try:
+                    row = client.get(claim_id)
+                except AgentError as error:
+                    if error.status != 404:
+                        raise
+                    continue
+                return Located(by_address[client.address], entry_from_row(row)), row
+            return None
+
+        return nodes.first_hit([address for _, address in targets], ask)
+
+    def _held_claim(self, read: _Read, claim_id: str) -> Located | None:
+        """The claim as this server reads it: its pending write, else the inventories."""
+        pending = self._writes.find(claim_id)
+        if pending is not None:
+            node, entry = pending
+            if entry is None or node not in read.by_node:
+                return None
+            return Located(node, entry)
+        return read.view.lookup_claim_id(claim_id)
 
     # --- claims and verbs ------------------------------------------------------------
 
@@ -267,43 +421,63 @@ class SandboxStore:
         refusal (NodeRefused) for a 4xx it gives, and NodeUnavailable when a request timed
         out after it went out (it may have been granted, so it is never retried)."""
         nodes = self._routing()
-        view = self.view()
-        candidates = view.warm_candidates(key)
-        body = {
-            "net": key.net,
-            "size": key.size,
-            "ttl_seconds": ttl_seconds,
-            "claim_ref": f"{namespace}/{name}",
-            "metadata": dict(metadata or {}),
-            "on_expire": on_expire,
-        }
-        if env:  # only when given: an agent from before claim env refuses the field
-            body["env"] = dict(env)
+        read = self.sync()
+        candidates = read.view.warm_candidates(key)
+        request = ClaimRequest(
+            template=key.template,
+            net=key.net,
+            size=key.size,
+            ttl_seconds=ttl_seconds,
+            claim_ref=f"{namespace}/{name}",
+            metadata=dict(metadata or {}),
+            on_expire=on_expire,
+            env=dict(env or {}),
+        )
+        granted_rows: dict[str, ClaimGrant] = {}
 
         def attempt(candidate: WarmCandidate) -> Outcome[Assignment]:
             try:
-                granted = nodes.client(candidate.address).claim(key.template, **body)
-            except (SandboxdError, httpx.HTTPError) as error:
+                granted = nodes.client(candidate.address).claim(request)
+            except AgentApiError as error:
                 if undelivered(error):
                     return Undelivered(str(error))
-                if isinstance(error, SandboxdError) and error.status == 404:
+                if isinstance(error, AgentError) and error.status == 404:
                     # On a claim the node's 404 is about the template, not a sandbox.
                     return Failed(NodeRefused(404, error.message))
                 return Failed(_translate(error))
+            granted_rows[candidate.node] = granted
             return Delivered(
                 Assignment(
-                    claim_id=granted["id"],
+                    claim_id=granted.id,
                     node=candidate.node,
                     address=candidate.address,
-                    token=granted["token"],
-                    deadline=granted.get("deadline"),
+                    token=granted.token,
+                    deadline=format_rfc3339(granted.deadline) if granted.deadline else None,
                 )
             )
 
         _, assignment = place(candidates, attempt, self._rng.randrange)
-        self.index.remember_name(namespace, name, assignment.node)
-        self.index.remember_claim(namespace, assignment.claim_id, assignment.node)
-        self.index.remember_claim("", assignment.claim_id, assignment.node)
+        self._index.remember_name(namespace, name, assignment.node)
+        self._index.remember_claim(namespace, assignment.claim_id, assignment.node)
+        self._index.remember_claim("", assignment.claim_id, assignment.node)
+        granted = granted_rows[assignment.node]
+        row = granted.sandbox
+        if row is not None:
+            entry = entry_from_row(row)
+        else:  # an agent from before grants carried the row
+            entry = Entry(
+                name=f"{namespace}/{name}",
+                phase=RUNNING,
+                id=assignment.claim_id,
+                template=key.template,
+                claim_ref=f"{namespace}/{name}",
+                deadline=_time(assignment.deadline),
+                claimed_at=self._clock.now().replace(microsecond=0),
+                metadata=json.dumps(dict(metadata), sort_keys=True, separators=(",", ":"))
+                if metadata
+                else "",
+            )
+        self._wrote(assignment.node, entry.id, entry)
         return assignment
 
     def release(self, located: Located) -> None:
@@ -311,99 +485,98 @@ class SandboxStore:
         client = self._owner(located)
         try:
             client.release(located.entry.id)
-        except SandboxdError as error:
+        except AgentError as error:
             if error.status != 404:
                 raise _translate(error) from error
-        except httpx.HTTPError as error:
+        except AgentApiError as error:
             raise _translate(error) from error
         namespace, name = located.entry.namespaced_name
-        self.index.forget(namespace, name, located.entry.id)
+        self._index.forget(namespace, name, located.entry.id)
+        self._wrote(located.node, located.entry.id, None)
 
     def renew(self, located: Located, ttl_seconds: int) -> str | None:
         reply = self._verb(located, lambda c: c.renew(located.entry.id, ttl_seconds))
-        return reply.get("deadline") if isinstance(reply, dict) else None
+        self._rewrote(located, deadline=reply.deadline)
+        return format_rfc3339(reply.deadline) if reply.deadline else None
 
     def pause(self, located: Located) -> None:
         self._verb(located, lambda c: c.hibernate(located.entry.id))
+        self._rewrote(located, phase=HIBERNATED)
 
     def resume(self, located: Located) -> None:
         self._verb(located, lambda c: c.wake(located.entry.id))
+        self._rewrote(located, phase=RUNNING)
 
-    def read(self, located: Located) -> dict[str, Any]:
+    def read(self, located: Located) -> SandboxRow:
         """The owning node's live row for a sandbox, with its claim token."""
         reply = self._verb(located, lambda c: c.get(located.entry.id))
-        assert isinstance(reply, dict)
+        assert isinstance(reply, SandboxRow)
         return reply
 
     # --- internals -------------------------------------------------------------------
 
+    def _wrote(self, node: str, claim_id: str, entry: Entry | None) -> None:
+        record = self._source.snapshot().record(node)
+        self._writes.wrote(node, claim_id, entry, record, self._clock.monotonic())
+        self.sync()  # logs the change now, and wakes the watches
+
+    def _rewrote(self, located: Located, **changes: Any) -> None:
+        current = self._held_claim(self.sync(), located.entry.id) or located
+        self._wrote(located.node, located.entry.id, dataclasses.replace(current.entry, **changes))
+
     def _routing(self) -> NodeAccess:
-        if self.nodes is None:
+        if self._nodes is None:
             raise ClaimRoutingOff("claims need the fleet's root token (--sandboxd-token-file)")
-        return self.nodes
+        return self._nodes
 
-    def _owner(self, located: Located) -> SandboxdClient:
+    def _owner(self, located: Located) -> AgentClient:
         nodes = self._routing()
-        inventory = self.view().inventory(located.node)
-        if inventory is None or not inventory.address:
+        address = self.address(located.node)
+        if address is None:
             raise NotFound(f'sandbox "{located.entry.name}"')  # its node went stale
-        return nodes.client(inventory.address)
+        return nodes.client(address)
 
-    def _verb(self, located: Located, call: Callable[[SandboxdClient], Any]) -> Any:
+    def _verb(self, located: Located, call: Callable[[AgentClient], Any]) -> Any:
         client = self._owner(located)
         try:
             return call(client)
-        except (SandboxdError, httpx.HTTPError) as error:
+        except AgentApiError as error:
             raise _translate(error) from error
 
-    def _on_node_by_name(
-        self, view: FleetView, node: str, namespace: str, name: str
-    ) -> Located | None:
-        self.stats.node_reads += 1
-        record = view.snapshot.record(node)
-        if record is not None and view.is_fresh(node):
-            entry = record.by_name.get((namespace, name))
-            if entry is not None:
-                return Located(node, entry)
-        return self._on_node_live_by_name(view, node, namespace, name)
-
-    def _on_node_live_by_name(
-        self, view: FleetView, node: str, namespace: str, name: str
-    ) -> Located | None:
-        return self._live_on(view, node, lambda c: self._live_by_name(c, node, namespace, name))
-
     def _live_on(
-        self, view: FleetView, node: str, ask: Callable[[SandboxdClient], Located | None]
+        self, read: _Read, node: str, ask: Callable[[AgentClient], Located | None]
     ) -> Located | None:
-        if self.nodes is None:
+        if self._nodes is None:
             return None
-        inventory = view.inventory(node)  # None when stale: a stale node is never asked
+        inventory = read.view.inventory(node)  # None when stale: a stale node is never asked
         if inventory is None or not inventory.address:
             return None
-        self.stats.asked(inventory.address)
-        return self.nodes.first_hit([inventory.address], ask)
+        self._stats.asked(inventory.address)
+        return self._nodes.first_hit([inventory.address], ask)
+
+    def _targets(self, read: _Read) -> builtins.list[tuple[str, str]]:
+        """(node, address) of every fresh node with an address."""
+        targets = []
+        for node, record in read.records:
+            if record.inventory.address:
+                targets.append((node, record.inventory.address))
+        for _, address in targets:
+            self._stats.asked(address)
+        return targets
 
     def _fan_out(
-        self, view: FleetView, ask: Callable[[SandboxdClient, str], Located | None]
+        self, read: _Read, ask: Callable[[AgentClient, str], Located | None]
     ) -> Located | None:
-        assert self.nodes is not None
-        targets = []
-        for node in view.fresh_nodes():
-            inventory = view.inventory(node)
-            if inventory is not None and inventory.address:
-                targets.append((node, inventory.address))
-        for _, address in targets:
-            self.stats.asked(address)
-        by_address = dict((address, node) for node, address in targets)
-        return self.nodes.first_hit(
+        assert self._nodes is not None
+        targets = self._targets(read)
+        by_address = {address: node for node, address in targets}
+        return self._nodes.first_hit(
             [address for _, address in targets],
             lambda client: ask(client, by_address[client.address]),
         )
 
     @staticmethod
-    def _live_by_name(
-        client: SandboxdClient, node: str, namespace: str, name: str
-    ) -> Located | None:
+    def _live_by_name(client: AgentClient, node: str, namespace: str, name: str) -> Located | None:
         for row in client.sandboxes(claim_ref=f"{namespace}/{name}"):
             entry = entry_from_row(row)
             if entry.namespaced_name == (namespace, name):  # a node may ignore the filter
@@ -411,18 +584,31 @@ class SandboxStore:
         return None
 
     @staticmethod
-    def _live_by_id(client: SandboxdClient, node: str, claim_id: str) -> Located | None:
+    def _live_by_id(client: AgentClient, node: str, claim_id: str) -> Located | None:
         try:
             row = client.get(claim_id)
-        except SandboxdError as error:
+        except AgentError as error:
             if error.status == 404:
                 return None
             raise
         return Located(node, entry_from_row(row))
 
 
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+def _time(text: object) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        return None
+
+
 def _translate(error: Exception) -> Exception:
-    if isinstance(error, SandboxdError):
+    if isinstance(error, AgentError):
         if error.status == 404:
             return NotFound(f"sandbox ({error.message})")
         if 400 <= error.status < 500:

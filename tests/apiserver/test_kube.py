@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -133,10 +134,42 @@ def test_a_namespaced_list_holds_that_namespace_sorted(client: httpx.Client) -> 
     assert "continue" not in body["metadata"]
 
 
-def test_limit_is_accepted_and_every_item_answered(client: httpx.Client) -> None:
-    body = client.get(SANDBOXES, params={"limit": "1", "continue": "x"}).json()
-    assert len(body["items"]) == 3
+def test_limit_and_continue_page_through_one_list(client: httpx.Client) -> None:
+    first = client.get(SANDBOXES, params={"limit": "2"}).json()
+    assert names(first) == ["default/a1", "default/a2"]
+    token = first["metadata"]["continue"]
+    rest = client.get(SANDBOXES, params={"limit": "2", "continue": token}).json()
+    assert names(rest) == ["default/b1"]
+    assert "continue" not in rest["metadata"]
+    assert rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
     assert_status(client.get(SANDBOXES, params={"limit": "many"}), 400, "BadRequest")
+
+
+def test_bad_versions_and_continue_tokens_are_a_400_naming_the_field(
+    client: httpx.Client,
+) -> None:
+    cases = [
+        ({"resourceVersion": "abc"}, "resourceVersion"),
+        ({"resourceVersion": "abc", "watch": "1"}, "resourceVersion"),
+        ({"limit": "1", "continue": "x!"}, "continue"),
+        ({"resourceVersion": "1", "resourceVersionMatch": "Bogus"}, "resourceVersionMatch"),
+        ({"resourceVersionMatch": "Exact"}, "resourceVersionMatch"),
+    ]
+    for params, field in cases:
+        body = assert_status(client.get(SANDBOXES, params=params), 400, "BadRequest")
+        assert field in body["message"], params
+
+
+def test_a_version_this_server_never_gave_is_410_expired(client: httpx.Client) -> None:
+    listed = client.get(SANDBOXES).json()
+    later = str(int(listed["metadata"]["resourceVersion"]) + 10**9)
+    assert_status(client.get(SANDBOXES, params={"resourceVersion": later}), 410, "Expired")
+    response = client.get(SANDBOXES, params={"watch": "1", "resourceVersion": later})
+    assert response.status_code == 200
+    (line,) = response.text.splitlines()
+    event = json.loads(line)
+    assert event["type"] == "ERROR"
+    assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
 
 
 def test_an_all_namespaces_list_holds_every_namespace(client: httpx.Client) -> None:
@@ -251,9 +284,9 @@ def test_a_watch_reports_what_the_inventories_change(
     client: httpx.Client, source: MemoryInventorySource
 ) -> None:
     n1, n2 = FLEET
-    with watch(client, SANDBOXES, resourceVersion="12345") as events:
-        assert [e["type"] for e in events.take(3)] == ["ADDED"] * 3
-
+    version = client.get(SANDBOXES).json()["metadata"]["resourceVersion"]
+    with watch(client, SANDBOXES, resourceVersion=version) as events:
+        # from a list's version: only later changes, never the objects listed
         source.apply(inventory("n1", entry("default/a1", phase="Hibernated"), n1.entries[1]))
         modified = events.next()
         assert modified is not None

@@ -21,7 +21,7 @@ import yaml
 from sandboxctl.apiserver import create_kube_app, write_kubeconfig
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.store import SandboxStore
+from sandboxctl.store import Query, SandboxStore
 from tests.apiserver.helpers import Lines, serving
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 from tests.store.real_fleet import real_fleet
@@ -85,7 +85,7 @@ class Fleet:
         return any(
             agent.sandboxes(claim_ref=f"default/{name}") for agent in self.agents.values()
         ) and any(
-            entry.entry.name == f"default/{name}" for entry in self.store.view().entries("default")
+            obj["metadata"]["name"] == name for obj in self.store.list(Query.parse("default")).items
         )
 
 
@@ -217,7 +217,7 @@ def test_kubectl_create_claims_a_sandbox(fleet: Fleet) -> None:
     created = fleet.kubectl("create", "-f", str(manifest), "-o", "yaml")  # validates: openapi v3
     assert created.returncode == 0, created.stderr
     obj = yaml.safe_load(created.stdout)
-    assert obj["metadata"]["uid"]
+    assert obj["metadata"]["resourceVersion"].isdigit()
     assert obj["status"]["nodeName"] in NODES
     claim_id = obj["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"]
     owner = fleet.agents[obj["status"]["nodeName"]]

@@ -124,10 +124,11 @@ def test_generate_name_gets_a_random_suffix() -> None:
 def test_the_created_object_says_where_the_claim_landed() -> None:
     request = create_request("d", sandbox(), NOW)
     granted = Assignment("sb_1", "n1", "10.0.0.1:7777", "secret", "2026-11-30T04:05:00Z")
-    obj = created_object(request, sandbox(), granted, NOW, "uid-1")
+    obj = created_object(request, sandbox(), granted, NOW, "41")
     assert (obj["apiVersion"], obj["kind"]) == ("agents.x-k8s.io/v1beta1", "Sandbox")
     meta = obj["metadata"]
-    assert (meta["uid"], meta["creationTimestamp"]) == ("uid-1", "2026-11-30T04:00:00Z")
+    assert (meta["resourceVersion"], meta["creationTimestamp"]) == ("41", "2026-11-30T04:00:00Z")
+    assert "uid" not in meta
     assert meta["annotations"] == {
         "sandbox.cocoonstack.io/claim-id": "sb_1",
         "sandbox.cocoonstack.io/address": "10.0.0.1:7777",

@@ -91,7 +91,7 @@ def fleet() -> Iterator[Fleet]:
             source, FreshnessRule(timedelta(seconds=90)), nodes=NodeAccess(FLEET_TOKEN)
         )
         stack.callback(store.close)
-        assert store.view().fresh_nodes() == ["node-a", "node-b"]
+        assert store.fresh_nodes() == ["node-a", "node-b"]
         yield Fleet(standins, store, source)
 
 

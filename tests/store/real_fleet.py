@@ -72,9 +72,8 @@ def real_fleet(
     stack.callback(store.close)
 
     def filled() -> bool:
-        view = store.view()
         return all(
-            sum(c.warm for c in view.warm_candidates(key)) >= count * len(nodes)
+            sum(c.warm for c in store.warm_candidates(key)) >= count * len(nodes)
             for key, count in pools.items()
         )
 

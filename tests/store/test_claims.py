@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandboxctl.agentapi import AgentClient
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import NodeInventory, Pool, PoolKey
@@ -19,7 +20,6 @@ from sandboxctl.core.placement import NoWarmCapacity
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
-from sandboxctl.sandboxd.client import SandboxdClient
 from sandboxctl.store import NotFound, SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.sandboxd.servers import serving
@@ -44,7 +44,7 @@ class Node:
     address: str
 
     def requests(self, route: str) -> float:
-        with SandboxdClient(self.address, TOKEN) as client:
+        with AgentClient(self.address, TOKEN) as client:
             text = client.metrics()
         pattern = (
             rf'sandboxd_requests_total\{{method="GET",route="{re.escape(route)}",'
@@ -99,8 +99,10 @@ MakeStore = Callable[..., tuple[SandboxStore, MemoryInventorySource]]
 def make_store(nodes: dict[str, Node]) -> Iterator[MakeStore]:
     stores: list[SandboxStore] = []
 
-    def make(**warm: int) -> tuple[SandboxStore, MemoryInventorySource]:
-        clock = ManualClock(T0)
+    def make(
+        clock: ManualClock | None = None, **warm: int
+    ) -> tuple[SandboxStore, MemoryInventorySource]:
+        clock = clock or ManualClock(T0)
         inventories = [_inventory(n, warm.get(name, 1)) for name, n in nodes.items()]
         source = MemoryInventorySource(inventories, clock=clock)
         store = SandboxStore(source, FreshnessRule(), clock=clock, nodes=NodeAccess(TOKEN))
@@ -149,8 +151,9 @@ def test_no_warm_capacity_anywhere_is_its_own_error(
 def test_a_stale_node_is_never_sampled_nor_asked(
     nodes: dict[str, Node], make_store: MakeStore
 ) -> None:
-    store, source = make_store()
-    store.clock.advance(91)  # type: ignore[attr-defined]
+    clock = ManualClock(T0)
+    store, source = make_store(clock)
+    clock.advance(91)
     source.apply(_inventory(nodes["a"], stamp=T0 + timedelta(seconds=91)))  # a is live
     b_before = nodes["b"].requests(BY_ID)
 
@@ -184,7 +187,7 @@ def test_verbs_route_to_the_owning_node(nodes: dict[str, Node], make_store: Make
     assert located is not None
 
     store.pause(located)
-    assert store.read(located)["hibernated"] is True
+    assert store.read(located).hibernated is True
     store.resume(located)
     deadline = store.renew(located, 600)
     assert deadline is not None

@@ -13,7 +13,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, TypeVar
 
 from fastapi import FastAPI, Request
@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from sandboxctl.agentapi import SandboxRow, entry_from_row
 from sandboxctl.apiserver.e2b.auth import Keys
 from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.e2b.ids import ClaimIds, public_id, same_sandbox
@@ -30,7 +31,6 @@ from sandboxctl.apiserver.e2b.models import detail_body, listed_body, sandbox_bo
 from sandboxctl.apiserver.e2b.paging import (
     BadQuery,
     Filters,
-    SortedIndex,
     decode_cursor,
     encode_cursor,
     parse_limit,
@@ -38,13 +38,13 @@ from sandboxctl.apiserver.e2b.paging import (
     parse_order,
     parse_states,
     parse_time,
+    sort_key,
 )
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.placement import NoWarmCapacity
 from sandboxctl.core.snapshot import Located
-from sandboxctl.inventory.mapping import entry_from_row
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
 
@@ -85,7 +85,6 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
     app = FastAPI(title="sandboxctl e2b API", docs_url=None, redoc_url=None, openapi_url=None)
     keys = Keys(config.api_keys, config.allow_anonymous, config.namespace)
     ids = ClaimIds()
-    index = SortedIndex()
 
     def tenant(request: Request) -> str:
         namespace = keys.namespace(request.headers.get("x-api-key"))
@@ -105,7 +104,7 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         ids.remember(located.entry.id)
         return located
 
-    async def read(located: Located, sandbox_id: str) -> dict[str, Any]:
+    async def read(located: Located, sandbox_id: str) -> SandboxRow:
         try:
             return await _call(store.read, located)
         except E2bError as error:
@@ -119,12 +118,7 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         if requested in config.aliases:
             template, size = config.aliases[requested]
             return PoolKey(template, "none", size)
-        view = store.view()
-        for node in view.fresh_nodes():
-            inventory = view.inventory(node)
-            if inventory is not None and any(p.key.template == requested for p in inventory.pools):
-                return PoolKey(requested, "none", "small")
-        return None
+        return PoolKey(requested, "none", "small") if store.has_template(requested) else None
 
     # --- health and templates -----------------------------------------------------------
 
@@ -209,12 +203,9 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         except BadQuery as error:
             raise E2bError(400, str(error)) from None
 
-        def page() -> tuple[list[Located], Any, datetime]:
-            view = store.view()
-            found, following = index.page(view, namespace, filters, cursor, descending, limit)
-            return found, following, view.now
-
-        found, following, now = await _call(page)
+        found, following, now = await _call(
+            store.page, namespace, sort_key, filters.accepts, cursor, descending, limit
+        )
         items = [listed_body(config, located, now) for located in found]
         headers = {"X-Next-Token": encode_cursor(following)} if following is not None else {}
         return JSONResponse(items, headers=headers)
@@ -235,8 +226,8 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         located = await locate(namespace, sandbox_id)
         row = await read(located, sandbox_id)
         live = Located(located.node, entry_from_row(row))
-        now = store.clock.now()
-        return _json(detail_body(config, live, now, row.get("token")))
+        now = store.now()
+        return _json(detail_body(config, live, now, row.token))
 
     @app.delete("/sandboxes/{sandbox_id}")
     async def kill(request: Request, sandbox_id: str) -> Response:
@@ -276,12 +267,12 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
             raise E2bError(400, "memory: false (resume by reboot) is not supported")
         located = await locate(namespace, sandbox_id)
         row = await read(located, sandbox_id)
-        resumed = bool(row.get("hibernated"))
+        resumed = row.hibernated
         if resumed:
             await _call(store.resume, located)
             row = await read(located, sandbox_id)
-        wanted_end = store.clock.now() + timedelta(seconds=timeout)
-        if _later_than_deadline(wanted_end, row.get("deadline")):
+        wanted_end = store.now() + timedelta(seconds=timeout)
+        if row.deadline is None or wanted_end > row.deadline:
             await _call(store.renew, located, timeout)  # extends; never shortens
         return _json(_sandbox_from_row(config, located, row), status=201 if resumed else 200)
 
@@ -400,26 +391,13 @@ def _templates(config: E2bConfig, text: str | None) -> frozenset[str] | None:
     return frozenset({text})
 
 
-def _later_than_deadline(wanted: datetime, deadline: object) -> bool:
-    if not isinstance(deadline, str) or not deadline:
-        return True
-    try:
-        current = datetime.fromisoformat(deadline)
-    except ValueError:
-        return True
-    return wanted > current
-
-
-def _sandbox_from_row(config: E2bConfig, located: Located, row: dict[str, Any]) -> dict[str, Any]:
-    key = row.get("key")
-    if not isinstance(key, dict):
-        key = {}
+def _sandbox_from_row(config: E2bConfig, located: Located, row: SandboxRow) -> dict[str, Any]:
     return sandbox_body(
         config,
         claim_id=located.entry.id,
         node=located.node,
-        template=str(key.get("template") or located.entry.template),
-        claim_token=str(row.get("token") or ""),
+        template=row.key.template,
+        claim_token=row.token or "",
     )
 
 

@@ -1,34 +1,24 @@
-"""``GET /v2/sandboxes``: its filters, its cursor, and an index that serves one page
-without building every listed sandbox.
+"""``GET /v2/sandboxes``: its filters and its cursor; the store serves the pages (see
+``store/pages.py``).
 
 Sandboxes are ordered by (startedAt, sandboxID), newest first unless ``order=asc``. The
 cursor (``nextToken``, answered in ``X-Next-Token``) is base64url of ``"<startedAt>
 <sandboxID>"`` of the last sandbox on the page; the next page starts strictly after it,
 so a sandbox that comes or goes between pages never makes the others repeat or be skipped.
-
-Each node's entries are kept sorted per namespace, rebuilt only when that node's
-inventory changes; a page merges the fresh nodes' sorted runs from the cursor on and
-stops once it has ``limit + 1`` matches.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import bisect
-import heapq
-import itertools
 import json
-import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
 from sandboxctl.apiserver.e2b.ids import public_id
 from sandboxctl.core.model import Entry
-from sandboxctl.core.snapshot import FleetView, Located
 
 MAX_LIMIT: Final = 100
 STATES: Final = ("running", "paused")
@@ -167,93 +157,3 @@ class Filters:
             have = metadata_of(entry)
             return all(have.get(k) == v for k, v in self.metadata)
         return True
-
-
-# --- the sorted index ------------------------------------------------------------------
-
-
-class _Run:
-    """One node's entries of one namespace, sorted by their key."""
-
-    __slots__ = ("entries", "keys")
-
-    def __init__(self, entries: Iterable[Entry]) -> None:
-        pairs = sorted(((sort_key(e), e) for e in entries if e.id), key=lambda p: p[0])
-        self.keys = [k for k, _ in pairs]
-        self.entries = [e for _, e in pairs]
-
-    def after(self, cursor: SortKey | None, descending: bool) -> Iterator[tuple[SortKey, Entry]]:
-        if descending:
-            start = len(self.keys) if cursor is None else bisect.bisect_left(self.keys, cursor)
-            for i in range(start - 1, -1, -1):
-                yield self.keys[i], self.entries[i]
-        else:
-            start = 0 if cursor is None else bisect.bisect_right(self.keys, cursor)
-            for i in range(start, len(self.keys)):
-                yield self.keys[i], self.entries[i]
-
-
-class SortedIndex:
-    """Sorted runs per (node, namespace), rebuilt when a node's inventory changes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._nodes: dict[str, tuple[object, dict[str, _Run]]] = {}
-
-    def _run(self, view: FleetView, node: str, namespace: str) -> _Run | None:
-        inventory = view.inventory(node)
-        if inventory is None:
-            return None
-        with self._lock:
-            cached = self._nodes.get(node)
-            if cached is None or (
-                cached[0] is not inventory.entries and cached[0] != inventory.entries
-            ):
-                cached = (inventory.entries, {})
-                self._nodes[node] = cached
-            runs = cached[1]
-            run = runs.get(namespace)
-            if run is None:
-                run = _Run(e for e in inventory.entries if e.namespaced_name[0] == namespace)
-                runs[namespace] = run
-            return run
-
-    def page(
-        self,
-        view: FleetView,
-        namespace: str,
-        filters: Filters,
-        cursor: SortKey | None,
-        descending: bool,
-        limit: int | None,
-    ) -> tuple[list[Located], SortKey | None]:
-        """Up to ``limit`` sandboxes after ``cursor`` in order, and the cursor of the next
-        page (None on the last one). ``limit`` None answers every match."""
-        streams: list[Iterator[tuple[SortKey, str, Entry]]] = []
-        nodes = view.fresh_nodes()
-        with self._lock:  # forget nodes that left the fleet
-            for gone in set(self._nodes) - set(view.snapshot.nodes):
-                del self._nodes[gone]
-        for node in nodes:
-            run = self._run(view, node, namespace)
-            if run is not None and run.keys:
-                streams.append(_tagged(run.after(cursor, descending), node))
-        merged = heapq.merge(*streams, key=_first, reverse=descending)
-        matches = (item for item in merged if filters.accepts(item[2]))
-        if limit is None:
-            return [Located(node, entry) for _, node, entry in matches], None
-        taken = list(itertools.islice(matches, limit + 1))
-        page = taken[:limit]
-        following = page[-1][0] if len(taken) > limit else None
-        return [Located(node, entry) for _, node, entry in page], following
-
-
-def _tagged(
-    items: Iterator[tuple[SortKey, Entry]], node: str
-) -> Iterator[tuple[SortKey, str, Entry]]:
-    for key, entry in items:
-        yield key, node, entry
-
-
-def _first(item: tuple[SortKey, str, Entry]) -> SortKey:
-    return item[0]

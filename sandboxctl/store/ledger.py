@@ -1,0 +1,266 @@
+"""The ledger: every sandbox this server can read, as one Kubernetes object per name with a
+resourceVersion, and the bounded log of changes that a watch resumes from.
+
+Objects are synthesized from inventories, so their versions come from here, not from a
+database: each change this server observes (a node republished, went stale, or a write
+through this server) gets the next number of one per-server counter, and the changed
+object carries it as ``metadata.resourceVersion``. An unchanged object keeps its version.
+The counter starts at the wall clock in microseconds, so a restarted server never hands
+out a version an earlier run gave: a client resuming from an old one gets 410 Gone and
+relists, as it would after etcd compaction. Versions are per server; a client that moves
+to another replica relists the same way.
+
+A name held on several nodes is one object: the first node, in node-name order, that
+holds it (the order of ``FleetView.lookup_name``). Every query sees that same object, so
+a list and a watch, pinned or not, agree.
+
+``sync`` is incremental: it keeps each node's record as last read and rescans only the
+nodes whose record object is not that one (a republish, or an overlay of this server's
+writes) or that went stale or left. A sync whose inputs are the ones it last saw returns
+at once. An object is built only when its name's winning entry changes; ``Sandbox``
+objects are the ledger's, built once per inventory change, never per read.
+
+The log keeps the last ``retain`` changes; a watch from a version older than that, or
+from one this server never gave, is told ``Expired`` (410).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import immutables
+
+from sandboxctl.core.model import Entry
+from sandboxctl.core.sandboxes import sandbox_object
+from sandboxctl.core.snapshot import Located, NodeRecord
+from sandboxctl.core.watching import ADDED, DELETED, MODIFIED
+from sandboxctl.store.errors import Expired
+
+Name = tuple[str, str]  # (namespace, name): sorts as a list does
+Object = dict[str, Any]
+
+DEFAULT_RETAIN: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a name reads as: the node and entry that won it, and its served object."""
+
+    located: Located
+    object: Object
+
+    @property
+    def version(self) -> int:
+        return int(self.object["metadata"]["resourceVersion"])
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One logged change. ``held`` is the new state (for DELETED, the last one);
+    ``before`` the state it replaced (None for ADDED)."""
+
+    version: int
+    type: str
+    name: Name
+    held: Held
+    before: Held | None
+
+
+@dataclass(slots=True)
+class State:
+    """Every object at one version; never changes once made (the map is persistent)."""
+
+    version: int
+    held: immutables.Map[Name, Held]
+    _names: list[Name] | None = field(default=None, repr=False)
+
+    def names(self) -> list[Name]:
+        """Every name, sorted as a list answers them."""
+        if self._names is None:
+            self._names = sorted(self.held)
+        return self._names
+
+
+class Ledger:
+    """Thread-safe; ``sync`` is serialized, reads take a consistent ``state()``."""
+
+    def __init__(
+        self,
+        retain: int = DEFAULT_RETAIN,
+        first_version: int | None = None,
+    ) -> None:
+        if retain < 1:
+            raise ValueError("the ledger must retain at least one change")
+        self._retain = retain
+        self._lock = threading.Lock()
+        self._inputs: tuple[object, ...] | None = None
+        self._nodes: dict[str, tuple[NodeRecord, dict[Name, Entry]]] = {}
+        self._holders: dict[Name, tuple[str, ...]] = {}
+        version = first_version if first_version is not None else time.time_ns() // 1000
+        self._state = State(version, immutables.Map())
+        self._log: list[Change] = []
+        self._compacted = version  # every change after this version is in the log
+        self._listeners: set[Callable[[], None]] = set()
+        self._synced = False
+        self.rescans = 0  # node records read by syncs, for tests and benchmarks
+
+    # --- reads ------------------------------------------------------------------------
+
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    def since(self, version: int) -> list[Change]:
+        """Every change after ``version``, in order. Raises Expired when the log no
+        longer holds them all, or when this server never gave ``version``."""
+        with self._lock:
+            head = self._state.version
+            if version < self._compacted or version > head:
+                raise Expired(version, self._compacted, head)
+            if version == head:
+                return []
+            first = self._log[0].version
+            return self._log[version - first + 1 :]
+
+    def check(self, version: int) -> None:
+        """Raise Expired unless a watch can resume from ``version``."""
+        self.since(version)
+
+    def retained(self) -> int:
+        return len(self._log)
+
+    # --- notification ---------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (from the syncing thread) after each sync that logged a
+        change; returns the function that unsubscribes it."""
+        with self._lock:
+            self._listeners.add(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners.discard(listener)
+
+        return unsubscribe
+
+    # --- sync -------------------------------------------------------------------------
+
+    def sync(
+        self,
+        inputs: tuple[object, ...],
+        fresh: Callable[[], Sequence[tuple[str, NodeRecord]]],
+    ) -> bool:
+        """Bring the objects up to the fresh nodes ``fresh()`` returns (node-name order).
+
+        ``inputs`` identify what decides that set (a snapshot, a freshness cutoff, an
+        overlay version): when they are the ones last synced, nothing is read. Returns
+        whether anything changed."""
+        with self._lock:
+            if self._inputs is not None and _same(inputs, self._inputs):
+                return False
+            changes = self._sync(fresh())
+            self._inputs = inputs
+            listeners = list(self._listeners) if changes else []
+        for listener in listeners:
+            listener()
+        return bool(changes)
+
+    def _sync(self, fresh: Sequence[tuple[str, NodeRecord]]) -> list[Change]:
+        kept = self._nodes
+        now = dict(fresh)
+        touched: set[Name] = set()
+        holders = self._holders
+        for node in [n for n in kept if n not in now]:
+            for name in kept.pop(node)[1]:
+                _drop_holder(holders, name, node)
+                touched.add(name)
+        for node, record in fresh:
+            last = kept.get(node)
+            if last is not None and last[0] is record:
+                continue
+            self.rescans += 1
+            before = last[1] if last is not None else {}
+            after = record.by_name
+            for name, entry in after.items():
+                old = before.get(name)
+                if old is None:
+                    _add_holder(holders, name, node)
+                    touched.add(name)
+                elif old is not entry and old != entry:
+                    touched.add(name)
+            for name in before:
+                if name not in after:
+                    _drop_holder(holders, name, node)
+                    touched.add(name)
+            kept[node] = (record, after)  # a record never changes once built
+        return self._settle(touched)
+
+    def _settle(self, touched: Iterable[Name]) -> list[Change]:
+        """Log a change for every touched name whose winning entry is not the one held."""
+        state = self._state
+        held = state.held
+        mutation = held.mutate()
+        version = state.version
+        initial = not self._synced
+        changes: list[Change] = []
+        for name in sorted(touched):
+            last = held.get(name)
+            nodes = self._holders.get(name)
+            if not nodes:
+                if last is not None:
+                    del mutation[name]
+                    if not initial:  # the last object, at the version of its deletion
+                        version += 1
+                        gone = Held(last.located, _at_version(last.object, version))
+                        changes.append(Change(version, DELETED, name, gone, last))
+                continue
+            node = nodes[0]
+            entry = self._nodes[node][1][name]
+            if last is not None and last.located.node == node and last.located.entry == entry:
+                continue
+            if not initial:
+                version += 1
+            located = Located(node, entry)
+            now = Held(located, sandbox_object(located, str(version)))
+            mutation[name] = now
+            if not initial:
+                kind = ADDED if last is None else MODIFIED
+                changes.append(Change(version, kind, name, now, last))
+        self._synced = True
+        if changes or initial:
+            self._state = State(version, mutation.finish())
+        if changes:
+            self._log.extend(changes)
+            overflow = len(self._log) - self._retain
+            if overflow >= self._retain:  # trim in batches: amortized O(1) per change
+                self._compacted = self._log[overflow - 1].version
+                del self._log[:overflow]
+        return changes
+
+
+def _at_version(obj: Object, version: int) -> Object:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+def _add_holder(holders: dict[Name, tuple[str, ...]], name: Name, node: str) -> None:
+    nodes = holders.get(name, ())
+    holders[name] = tuple(sorted((*nodes, node)))
+
+
+def _drop_holder(holders: dict[Name, tuple[str, ...]], name: Name, node: str) -> None:
+    nodes = tuple(n for n in holders.get(name, ()) if n != node)
+    if nodes:
+        holders[name] = nodes
+    else:
+        holders.pop(name, None)
