@@ -10,9 +10,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from e2b import CommandExitException, FileType, Sandbox, TimeoutException
@@ -27,6 +27,33 @@ pytestmark = pytest.mark.skipif(
 )
 
 UID_BASE = 2_600_000 + (os.getpid() % 1000) * 20  # clear of the uid_base fixture's blocks
+
+T = TypeVar("T")
+
+
+def read_until(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
+    """Read until ``done`` holds of the reading (``wait_until``'s deadline); a timeout
+    shows the last reading, the state the test waited on and never saw."""
+    last: list[T] = []
+
+    def check() -> bool:
+        last[:] = [read()]
+        return done(last[0])
+
+    try:
+        wait_until(check, what=what)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last read: {last[0]!r}") from None
+    return last[0]
+
+
+def foreground_jobs(sbx: Sandbox) -> set[str]:
+    """The command lines of the processes in the foreground of a terminal (``+`` in ps's
+    state) in ``sbx``."""
+    rows = (
+        line.split(None, 1) for line in sbx.commands.run("ps -e -o stat=,args=").stdout.splitlines()
+    )
+    return {row[1].strip() for row in rows if len(row) == 2 and "+" in row[0]}
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +218,13 @@ def test_a_sandbox_sees_only_its_own_processes_and_cannot_write_the_system(
 def test_a_commands_pid_is_its_pid_inside_the_sandbox(sbx: Sandbox) -> None:
     handle = sbx.commands.run("echo $$; sleep 30", background=True)
     try:
-        shown = sbx.commands.run(f"ps -o comm= -p {handle.pid}").stdout.split()
-        assert shown == ["sleep"]  # bash exec'd its last command in place
+        # The pid shows sh, then bash, then sleep: bash execs its last command in place, a
+        # moment after the start has been reported.
+        read_until(
+            lambda: sbx.commands.run(f"ps -o comm= -p {handle.pid}").stdout.split(),
+            lambda comm: comm == ["sleep"],
+            what=f"pid {handle.pid} to be the sleep bash exec'd in place",
+        )
         assert handle.pid in [p.pid for p in sbx.commands.list()]
     finally:
         assert sbx.commands.kill(handle.pid) is True
@@ -232,6 +264,13 @@ def test_a_pty_runs_an_interactive_shell(sbx: Sandbox) -> None:
     wait_until(lambda: shows("30 100"), what="the new size")
     # Ctrl-C reaches the foreground job: the pty is the shell's controlling terminal.
     type_in(b"sleep 60\n")
+    # Ctrl-C before sleep holds the terminal would reach the shell instead, and the line
+    # typed ahead would be flushed with it.
+    read_until(
+        lambda: foreground_jobs(sbx),
+        lambda jobs: "sleep 60" in jobs,
+        what="sleep to be the terminal's foreground job",
+    )
     type_in(b"\x03")
     type_in(b"echo back-$((1+1))\n")
     wait_until(lambda: shows("back-2"), timeout=10, what="Ctrl-C to stop sleep")
