@@ -1,35 +1,17 @@
-"""Kubernetes ``Status`` bodies, and the one table from sandboxctl errors to them.
+"""Kubernetes ``Status`` bodies for the Sandbox API.
 
 Every error the Kubernetes-style API answers is a ``Status`` (``apiVersion: v1``), which
-kubectl prints as ``Error from server (<reason>): <message>``:
-
-=================================  ====  ==================
-error                              code  reason
-=================================  ====  ==================
-store NotFound, unknown path        404  NotFound
-store Expired (resourceVersion)     410  Expired
-InvalidValueError (selectors, ...)  400  BadRequest
-ApiError                            its  its
-NodeRefused (the node's 4xx)        its  by code (Conflict, ...)
-NoWarmCapacity, ClaimRoutingOff     503  ServiceUnavailable
-NodeUnavailable                     502  InternalError
-anything else                       500  InternalError
-=================================  ====  ==================
+kubectl prints as ``Error from server (<reason>): <message>``. Its code comes from the one
+table in ``apiserver/errors.py`` (the tree is drawn in ``sandboxctl.core.errors``); the
+reason follows the code (``REASONS``), and an expired resourceVersion is ``Expired``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.placement import NoWarmCapacity
-from sandboxctl.store.errors import (
-    ClaimRoutingOff,
-    Expired,
-    NodeRefused,
-    NodeUnavailable,
-    NotFound,
-)
+from sandboxctl.apiserver.errors import status_of
+from sandboxctl.store.errors import Expired, NodeRefused
 
 NOT_FOUND_PATH: Final = "the server could not find the requested resource"
 
@@ -97,20 +79,15 @@ def status_body(
 
 
 def api_error(error: Exception, details: dict[str, Any] | None = None) -> ApiError:
-    """The Status an exception is answered with; ``details`` name the object, if any."""
+    """The Status an exception is answered with (its code from ``errors.status_of``);
+    ``details`` name the object, if any."""
     if isinstance(error, ApiError):
         return error
-    if isinstance(error, NotFound):
-        return ApiError(404, str(error), details=details)
+    code = status_of(error)
     if isinstance(error, Expired):
-        return ApiError(410, str(error), reason="Expired")
-    if isinstance(error, InvalidValueError):
-        return ApiError(400, str(error), details=details)
+        return ApiError(code, str(error), reason="Expired")
     if isinstance(error, NodeRefused):
-        code = error.status if 400 <= error.status < 500 else 502
         return ApiError(code, f"the owning node refused: {error.message}", details=details)
-    if isinstance(error, NoWarmCapacity | ClaimRoutingOff):
-        return ApiError(503, str(error), details=details)
-    if isinstance(error, NodeUnavailable):
-        return ApiError(502, str(error) or "the owning node did not answer", details=details)
-    return ApiError(500, f"internal error: {type(error).__name__}: {error}", details=details)
+    if code == 500:
+        return ApiError(code, f"internal error: {type(error).__name__}: {error}", details=details)
+    return ApiError(code, str(error) or type(error).__name__, details=details)

@@ -1,9 +1,35 @@
-"""The sandboxctl exception tree.
+"""The sandboxctl exception tree, drawn once, with the status each API answers.
 
-SandboxctlError                 every error sandboxctl raises on purpose
-├── InvalidValueError           a flag or argument value that does not parse (duration, time, ...)
-├── ConfigurationError          settings that parse but must not run together
-└── InventoryFormatError        a NodeInventory object that breaks the model
+Columns: the agent's API (sandboxd), the Sandbox API and the e2b API (both from the one
+table in ``apiserver/errors.py``). "-" means the error never reaches that API; a test walks
+every subclass and checks these (tests/test_errors.py). Nothing here is a 500.
+
+                                                      agent  Sandbox/e2b
+SandboxctlError                                       -      -
+├── InvalidValueError        a value that does not parse          400    400
+│   ├── UnsupportedFieldError (core.selectors)  a field selector    -      400
+│   ├── BadContinue (store.lists)      a continue token we did not give  -  400
+│   └── BadQuery (apiserver.e2b.paging)  an e2b list parameter   -      400
+├── ConfigurationError       settings that must not run together  -      503
+├── InventoryFormatError     a NodeInventory that breaks the model -     502
+├── NoWarmCapacity (core.placement)  no fresh node can take the claim  - 503
+├── NoNodeCapacity (core.placement)  every node serving the template is full  -  429
+├── AgentApiError (agentapi)  what a call to an agent met           -      502
+│   ├── AgentError           the agent answered an error status    -  its 4xx, else 502
+│   │   └── InvalidId        an id that cannot be one (no request)  -      404
+│   ├── AgentUnreachable     the agent could not be reached        -      502
+│   └── AgentAnswerError     an answer that breaks the contract    -      502
+├── AgentRefusal (sandboxd.errors)  a request the agent refuses  its status  its 4xx, else 503
+│   ├── BadRequest 400, Unauthorized 401, NoSuchSandbox 404, UnknownTemplate 404,
+│   └── Conflict 409, PayloadTooLarge 413, AtCapacity 429, StateDirInUse 409
+├── RuntimeFailure (sandboxd.runtime)  the runtime could not start or enter  503  503
+├── MeshStartError (inventory.mesh)  mesh mode cannot start      -      503
+└── StoreError (store.errors)
+    ├── NotFound             no fresh node holds it                -      404
+    ├── Expired              a resourceVersion or continue token we no longer hold  410
+    ├── NodeRefused          the owning node's 4xx                 -      its 4xx
+    ├── NodeUnavailable      the owning node failed or did not answer  -  502
+    └── ClaimRoutingOff      no fleet token to reach the nodes     -      503
 
 Each message is written for the person who must fix the input. The CLI prints it as one
 line and exits 2; the API servers map it to a status code at their boundary.

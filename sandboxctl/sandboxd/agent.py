@@ -29,8 +29,9 @@ from sandboxctl.sandboxd.errors import (
     AtCapacity,
     BadRequest,
     Conflict,
-    NotFound,
+    NoSuchSandbox,
     StateDirInUse,
+    UnknownTemplate,
 )
 from sandboxctl.sandboxd.runtime import (
     SIZE_LIMITS,
@@ -266,7 +267,7 @@ class Agent:
         with self._lock:
             record = self._records.get(sandbox_id)
             if record is None or not record.claimed:
-                raise NotFound(f"sandbox {sandbox_id!r} not found")
+                raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
             return record
 
     def token_of(self, sandbox_id: str) -> str | None:
@@ -336,7 +337,7 @@ class Agent:
     def release(self, sandbox_id: str) -> None:
         self.get(sandbox_id)
         if not self._destroy(sandbox_id):
-            raise NotFound(f"sandbox {sandbox_id!r} not found")
+            raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
 
     def renew(self, sandbox_id: str, ttl_seconds: int, on_expire: str | None) -> SandboxRecord:
         if on_expire is not None and on_expire not in ON_EXPIRE:
@@ -410,7 +411,7 @@ class Agent:
         for record in due:
             if record.on_expire == "pause":
                 if not record.hibernated:
-                    with contextlib.suppress(Conflict, NotFound):
+                    with contextlib.suppress(Conflict, NoSuchSandbox):
                         self.hibernate(record.id)
                         done.append((record.id, "paused"))
             elif self._destroy(record.id):
@@ -470,7 +471,7 @@ class Agent:
 
     def _check_key(self, key: PoolKey) -> None:
         if key.template not in self.templates:
-            raise NotFound(f"template {key.template!r} is not served by this node")
+            raise UnknownTemplate(f"template {key.template!r} is not served by this node")
         if key.net not in NETS:
             raise BadRequest(f"net: must be one of {', '.join(NETS)}")
         if key.size not in {s.value for s in Size}:

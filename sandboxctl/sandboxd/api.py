@@ -38,11 +38,12 @@ from sandboxctl.agentapi.models import (
     SandboxList,
     SandboxRow,
 )
+from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.app import PATH_PATTERN, create_envd_app
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.envd_host import AgentSandboxes
-from sandboxctl.sandboxd.errors import AgentError, BadRequest, PayloadTooLarge, Unauthorized
+from sandboxctl.sandboxd.errors import AgentRefusal, BadRequest, PayloadTooLarge, Unauthorized
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
@@ -217,15 +218,29 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(AgentError)
-    async def agent_error(_: Request, error: AgentError) -> JSONResponse:
-        return _error(error.status, str(error))
+def status_of(error: Exception) -> int:
+    """The status the agent's API answers an error with (the tree is drawn in
+    ``sandboxctl.core.errors``): a refusal's own, 503 when the runtime could not serve
+    it now (another node may), 400 for a value that does not parse, 500 for a bug."""
+    if isinstance(error, AgentRefusal):
+        return error.status
+    if isinstance(error, RuntimeFailure):
+        return 503
+    if isinstance(error, InvalidValueError):
+        return 400
+    return 500
 
-    @app.exception_handler(RuntimeFailure)
-    async def runtime_failure(_: Request, error: RuntimeFailure) -> JSONResponse:
-        log.error("%s", error)
-        return _error(500, str(error))
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def refused(_: Request, error: Exception) -> JSONResponse:
+        if isinstance(error, RuntimeFailure):
+            log.error("%s", error)
+        return _error(status_of(error), str(error))
+
+    # Per class: Starlette hands an Exception handler's errors on to the server, which
+    # logs a traceback; ours are answers, not crashes.
+    for kind in (AgentRefusal, RuntimeFailure, InvalidValueError):
+        app.add_exception_handler(kind, refused)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, error: Exception) -> JSONResponse:
@@ -322,7 +337,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _send_error(send: Send, error: AgentError) -> None:
+async def _send_error(send: Send, error: AgentRefusal) -> None:
     body = json.dumps({"error": str(error)}).encode()
     await send(
         {

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sandboxctl.envd.host import RunningSandbox, SandboxUnavailable
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import sandbox_env
-from sandboxctl.sandboxd.errors import NotFound
+from sandboxctl.sandboxd.errors import NoSuchSandbox
 from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
 
 
@@ -22,7 +22,7 @@ class AgentSandboxes:
     def running(self, sandbox_id: str) -> RunningSandbox:
         try:
             record = self.agent.get(sandbox_id)
-        except NotFound:
+        except NoSuchSandbox:
             raise SandboxUnavailable(sandbox_id) from None
         if record.hibernated:
             raise SandboxUnavailable(sandbox_id, paused=True)

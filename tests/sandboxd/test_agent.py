@@ -14,7 +14,14 @@ from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.errors import AtCapacity, BadRequest, Conflict, NotFound, StateDirInUse
+from sandboxctl.sandboxd.errors import (
+    AtCapacity,
+    BadRequest,
+    Conflict,
+    NoSuchSandbox,
+    StateDirInUse,
+    UnknownTemplate,
+)
 from tests.sandboxd.conftest import BASE, T0
 from tests.sandboxd.servers import wait_until
 
@@ -58,7 +65,7 @@ def test_release_destroys_and_a_second_release_is_not_found(agent: Agent) -> Non
 
     assert not agent.runtime.alive(identity)
     assert agent.sandboxes() == []
-    with pytest.raises(NotFound):
+    with pytest.raises(NoSuchSandbox):
         agent.release(record.id)
 
 
@@ -150,7 +157,7 @@ def test_set_pools_replaces_every_target_and_drains_the_rest(agent: Agent) -> No
 @pytest.mark.parametrize(
     ("request_", "error"),
     [
-        (ClaimRequest(template="nope"), NotFound),
+        (ClaimRequest(template="nope"), UnknownTemplate),
         (ClaimRequest(template="base", net="wifi"), BadRequest),
         (ClaimRequest(template="base", size="huge"), BadRequest),
         (ClaimRequest(template="base", ttl_seconds=-1), BadRequest),

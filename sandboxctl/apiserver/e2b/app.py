@@ -40,10 +40,11 @@ from sandboxctl.apiserver.e2b.paging import (
     parse_time,
     sort_key,
 )
+from sandboxctl.apiserver.errors import status_of
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
-from sandboxctl.core.placement import NoWarmCapacity
+from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.snapshot import Located
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
@@ -421,16 +422,21 @@ def _translate(error: Exception) -> E2bError:
         if error.status == 429:
             return E2bError(429, f"at capacity: {error.message}", NO_RETRY)
         return E2bError(error.status, error.message)
+    if isinstance(error, NoNodeCapacity):
+        # e2b's answer when a team is at its concurrent-sandbox limit: the SDK raises
+        # RateLimitException; Should-Retry: false, since retrying at once will not help.
+        return E2bError(429, f"at capacity: {error}", NO_RETRY)
     if isinstance(error, NoWarmCapacity):
         return E2bError(503, f"no warm sandbox available right now; retry: {error}")
     if isinstance(error, NodeUnavailable):
         return E2bError(502, f"the sandbox's node is unreachable: {error}", NO_RETRY)
     if isinstance(error, ClaimRoutingOff):
         return E2bError(503, str(error), NO_RETRY)
-    if isinstance(error, InvalidValueError | BadQuery):
-        return E2bError(400, str(error))
-    log.error("unexpected error serving an e2b request", exc_info=error)
-    return E2bError(500, f"internal error: {type(error).__name__}")
+    code = status_of(error)
+    if code == 500:
+        log.error("unexpected error serving an e2b request", exc_info=error)
+        return E2bError(500, f"internal error: {type(error).__name__}")
+    return E2bError(code, str(error), NO_RETRY if code >= 500 else None)
 
 
 def _not_found(sandbox_id: str) -> E2bError:

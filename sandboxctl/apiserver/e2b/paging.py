@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from sandboxctl.apiserver.e2b.ids import public_id
+from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import Entry
 
 MAX_LIMIT: Final = 100
@@ -28,7 +29,7 @@ _NEVER: Final = datetime(1970, 1, 1, tzinfo=UTC)
 SortKey = tuple[datetime, str]
 
 
-class BadQuery(ValueError):
+class BadQuery(InvalidValueError):
     """A list parameter that cannot be read; the message names it (answered 400)."""
 
 
