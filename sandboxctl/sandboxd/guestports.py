@@ -1,0 +1,209 @@
+"""Guest ports: HTTP to any TCP port a sandbox listens on, through the agent.
+
+``/v1/sandboxes/{id}/ports/{port}/<path>`` (root or that sandbox's token) is relayed, as
+a stream both ways, to ``127.0.0.1:{port}`` *inside* the sandbox's network namespace: the
+agent opens that connection from a thread that has joined the namespace, so a sandbox
+without any network (only ``lo``) and a server bound to its loopback are reached alike,
+and nothing of the sandbox is exposed on the host. The envd proxy routes
+``{port}-{id}.{domain}`` here (docs/envd-proxy.md). Nothing listening answers 502 at once.
+Connections into a sandbox are kept alive and reused (``relay.Upstream``, keyed by the
+sandbox's init pid and the port), as the proxy keeps its connections to the agents.
+A WebSocket upgrade is relayed message by message (the guest's server answers the
+handshake; ASGI servers hand no raw connection over, so bytes cannot be spliced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import re
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from typing import Final
+
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+from websockets.exceptions import InvalidHandshake
+
+from sandboxctl.relay import Upstream, UpstreamError, open_websocket, relay_websocket
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.errors import AgentRefusal
+
+PATH: Final = re.compile(r"^/v1/sandboxes/(?P<id>[^/]+)/ports/(?P<port>[0-9]{1,5})(?P<rest>/.*)?$")
+CONNECT_TIMEOUT: Final = 5.0
+CLONE_NEWNET: Final = 0x40000000
+HOP_BY_HOP: Final = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+     "te", "trailer", "transfer-encoding", "upgrade"}
+)  # fmt: skip
+DROPPED: Final = frozenset({"host", "authorization", "content-length", "expect"})
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def connect_inside(pid: int, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
+    """A TCP connection to ``127.0.0.1:port`` in the network namespace of ``pid``.
+
+    A socket belongs to the namespace it was made in, so a fresh thread joins the
+    namespace, connects and ends: no pooled thread ever runs in a sandbox's namespace."""
+    result: Future[socket.socket] = Future()
+
+    def run() -> None:
+        try:
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns into the sandbox's network")
+            finally:
+                os.close(fd)
+            result.set_result(socket.create_connection(("127.0.0.1", port), timeout))
+        except BaseException as error:  # handed to the caller
+            result.set_exception(error)
+
+    thread = threading.Thread(target=run, name="guest port connect", daemon=True)
+    thread.start()
+    thread.join()
+    return result.result()
+
+
+async def _open_inside(key: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A pool connection for ``PID:PORT``: opened inside that process's namespace."""
+    pid, port = (int(part) for part in key.split(":"))
+    sock = await asyncio.to_thread(connect_inside, pid, port)
+    return await asyncio.open_connection(sock=sock)
+
+
+class GuestPorts:
+    """The ASGI app of the guest-port routes."""
+
+    def __init__(self, agent: Agent, may_act_on: Callable[[Request, str], bool]) -> None:
+        self.agent = agent
+        self.may_act_on = may_act_on
+        self._pool = Upstream(CONNECT_TIMEOUT, opener=_open_inside)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = PATH.match(scope["path"])
+        assert found is not None  # routed here by the path
+        sandbox_id, port = found["id"], int(found["port"])
+        websocket = scope["type"] == "websocket"
+        reply = _close if websocket else _reply
+        # The auth check reads headers only; a WebSocket scope carries the same ones.
+        if not self.may_act_on(Request({**scope, "type": "http"}), sandbox_id):
+            await reply(send, 401, "the root token or this sandbox's token is required")
+            return
+        if not 1 <= port <= 65535:
+            await reply(send, 400, f"port {port}: want 1-65535")
+            return
+        try:
+            record = self.agent.get(sandbox_id)
+        except AgentRefusal as error:
+            await reply(send, error.status, str(error))
+            return
+        identity = self.agent.identity(record)
+        if not self.agent.runtime.alive(identity):
+            await reply(send, 502, f"sandbox {sandbox_id} is not running")
+            return
+        if not websocket:
+            # Kept-alive connections per sandbox init and port; the pid names the network.
+            await self._relay(scope, receive, send, f"{identity.pid}:{port}", port)
+            return
+        try:
+            sock = await asyncio.to_thread(connect_inside, identity.pid, port)
+        except OSError as error:
+            await reply(send, 502, f"nothing answers on port {port} of {sandbox_id}: {error}")
+            return
+        await self._websocket(scope, receive, send, sock, port, found["rest"] or "/")
+
+    async def _websocket(
+        self, scope: Scope, receive: Receive, send: Send, sock: socket.socket, port: int, path: str
+    ) -> None:
+        """A WebSocket upgrade: the guest's server is asked for the same path and
+        subprotocols; once it accepts, messages are relayed both ways."""
+        await receive()  # websocket.connect
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        uri = f"ws://localhost:{port}{path}" + (f"?{query}" if query else "")
+        try:
+            upstream = await open_websocket(
+                uri, sock=sock, subprotocols=scope.get("subprotocols", ())
+            )
+        except (OSError, InvalidHandshake, TimeoutError) as error:
+            sock.close()
+            await _close(send, 502, f"port {port}: the WebSocket upgrade failed: {error}")
+            return
+        await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+        await relay_websocket(receive, send, upstream)
+
+    async def _relay(self, scope: Scope, receive: Receive, send: Send, key: str, port: int) -> None:
+        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+        named = dict(headers)
+        chunked = "transfer-encoding" in named
+        has_body = chunked or "content-length" in named
+        found = PATH.match(scope["path"])
+        path = (found["rest"] if found else None) or "/"
+        query = scope.get("query_string") or b""
+        target = path + ("?" + query.decode("latin-1") if query else "")
+        host = named.get("x-forwarded-host") or f"localhost:{port}"
+        lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
+        lines += [f"{k}: {v}" for k, v in headers if k not in HOP_BY_HOP and k not in DROPPED]
+        if "content-length" in named and not chunked:
+            lines.append(f"content-length: {named['content-length']}")
+        if chunked:
+            lines.append("transfer-encoding: chunked")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                if message.get("body"):
+                    yield message["body"]
+                if not message.get("more_body", False):
+                    return
+
+        started = False
+        try:
+            async with self._pool.exchange(
+                key,
+                head,
+                body() if has_body else None,
+                chunked=chunked,
+                head_only=scope["method"] == "HEAD",
+            ) as response:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status,
+                        "headers": [
+                            (k, v)
+                            for k, v in response.headers
+                            if k.lower().decode() not in HOP_BY_HOP
+                        ],
+                    }
+                )
+                started = True
+                async for chunk, last in response.body():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+        except UpstreamError as error:
+            if not started:
+                await _reply(send, 502, f"nothing answers on port {port}: {error}")
+            # else: leave the response unfinished, so the caller sees a cut stream
+
+
+async def _close(send: Send, status: int, message: str) -> None:
+    """Refuse a WebSocket before it is accepted: uvicorn answers the upgrade with 403."""
+    del status, message
+    await send({"type": "websocket.close", "code": 1008})
+
+
+async def _reply(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
