@@ -1,0 +1,126 @@
+"""The warm-pool driver's flags on ``serve-apiserver``, and starting it under its Lease."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+
+from sandboxctl.cli.options import parse_duration_flag
+from sandboxctl.cli.sources import KubeSource, MeshSource
+from sandboxctl.core.durations import format_duration
+from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.store import SandboxStore
+
+# Defaults, as sandboxctl.apiserver.warmpool and sandboxctl.kube.lease have them (not
+# imported: they load the Kubernetes client, which mesh mode does without).
+SYNC_INTERVAL = timedelta(seconds=5)
+LEASE_DURATION = timedelta(seconds=15)
+RENEW_DEADLINE = timedelta(seconds=10)
+RETRY_PERIOD = timedelta(seconds=2)
+REJOIN_AFTER = timedelta(seconds=5)
+
+
+def _duration(flag: str, help_text: str, default: timedelta) -> Any:
+    return typer.Option(
+        flag,
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help=help_text,
+        show_default=format_duration(default),
+    )
+
+
+WarmPoolDriverFlag = Annotated[
+    bool | None,
+    typer.Option(
+        "--warm-pool-driver/--no-warm-pool-driver",
+        help="Spread SandboxWarmPool replicas over the fresh nodes while this replica holds "
+        "the driver's Lease. Default: on with --source kube; needs it.",
+        show_default=False,
+    ),
+]
+WarmPoolSyncInterval = Annotated[
+    timedelta,
+    _duration("--warm-pool-sync-interval", "How often the driver syncs.", SYNC_INTERVAL),
+]
+LeaderElectionNamespace = Annotated[
+    str,
+    typer.Option(
+        "--leader-election-namespace",
+        metavar="NAMESPACE",
+        help="Namespace of the driver's Lease (default: the pod's, else sandbox-system).",
+    ),
+]
+LeaseDuration = Annotated[
+    timedelta,
+    _duration(
+        "--leader-election-lease-duration",
+        "How long a silent leader keeps the Lease, as the others see it.",
+        LEASE_DURATION,
+    ),
+]
+RenewDeadline = Annotated[
+    timedelta,
+    _duration(
+        "--leader-election-renew-deadline",
+        "A leader that could not renew for this long stops its driver (never the server).",
+        RENEW_DEADLINE,
+    ),
+]
+RetryPeriod = Annotated[
+    timedelta,
+    _duration("--leader-election-retry-period", "How often to renew or campaign.", RETRY_PERIOD),
+]
+
+
+def check_warm_pool_driver(
+    source: MeshSource | KubeSource, enabled: bool | None, interval: timedelta
+) -> None:
+    """Refuse driver flags that cannot work (one line, exit 2) before anything starts."""
+    if enabled and not isinstance(source, KubeSource):
+        raise ConfigurationError("--warm-pool-driver needs --source kube")
+    if interval <= timedelta(0):
+        raise ConfigurationError("--warm-pool-sync-interval must be positive")
+
+
+def start_warm_pool_driver(
+    running: contextlib.ExitStack,
+    source: MeshSource | KubeSource,
+    store: SandboxStore,
+    enabled: bool | None,
+    interval: timedelta,
+    namespace: str,
+    lease_duration: timedelta,
+    renew_deadline: timedelta,
+    retry_period: timedelta,
+    log: logging.Logger,
+) -> None:
+    """Campaign for the driver's Lease (the driver runs while this replica leads), and
+    stop campaigning when ``running`` closes. Nothing with mesh mode unless asked (exit 2)."""
+    check_warm_pool_driver(source, enabled, interval)
+    if not isinstance(source, KubeSource) or enabled is False:
+        return
+    from sandboxctl.apiserver.warmpool import DriverElection, WarmPoolDriver
+
+    driver = WarmPoolDriver(source.api, store, source.token, interval=interval)
+    election = DriverElection(
+        source.api,
+        driver,
+        namespace=namespace or None,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        rejoin_after=REJOIN_AFTER,
+    )
+    election.start()
+    running.callback(election.stop)
+    log.info(
+        "warm-pool driver: campaigning for Lease %s/%s as %s",
+        election.elector.namespace,
+        election.elector.name,
+        election.elector.identity,
+    )

@@ -1,0 +1,48 @@
+"""The Kubernetes layer: everything sandboxctl says to a Kubernetes API server goes
+through here, on the official ``kubernetes`` client.
+
+Modules: ``connect`` (an ``ApiClient`` from a kubeconfig or the pod's service account),
+``errors`` (the client's exceptions mapped to one error tree), ``resources`` (the custom
+resources sandboxctl reads and writes, and typed calls on them), ``informer`` (one
+list-then-watch cache) and ``lease`` (Lease-based leader election). No business rules
+live here: what an inventory means is ``core``'s, what the driver does is the API
+server's.
+"""
+
+from sandboxctl.kube.connect import api_client
+from sandboxctl.kube.errors import (
+    KubeConflict,
+    KubeError,
+    KubeExpired,
+    KubeForbidden,
+    KubeInvalid,
+    KubeNotFound,
+    KubeUnavailable,
+)
+from sandboxctl.kube.informer import Informer
+from sandboxctl.kube.lease import LeaderElector
+from sandboxctl.kube.resources import (
+    NODE_INVENTORIES,
+    SANDBOX_TEMPLATES,
+    SANDBOX_WARM_POOLS,
+    CustomObjects,
+    Resource,
+)
+
+__all__ = [
+    "NODE_INVENTORIES",
+    "SANDBOX_TEMPLATES",
+    "SANDBOX_WARM_POOLS",
+    "CustomObjects",
+    "Informer",
+    "KubeConflict",
+    "KubeError",
+    "KubeExpired",
+    "KubeForbidden",
+    "KubeInvalid",
+    "KubeNotFound",
+    "KubeUnavailable",
+    "LeaderElector",
+    "Resource",
+    "api_client",
+]

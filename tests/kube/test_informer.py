@@ -1,0 +1,190 @@
+"""The informer against the double: list then watch, a dropped watch, 410 then relist,
+a restart of the API server, selectors, resync, and a cache read without API calls."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
+from tests.kubeapi.double import DoubleProcess, Kube, api_for
+from tests.sandboxd.servers import wait_until
+
+NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
+
+
+def inventory(
+    name: str, labels: dict[str, str] | None = None, address: str = "a:1"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{NI[0]}/{NI[1]}",
+        "kind": "NodeInventory",
+        "metadata": {"name": name, "labels": labels or {}},
+        "node": name,
+        "address": address,
+    }
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append((kind, obj["metadata"]["name"]))
+
+    def saw(self, *wanted: tuple[str, str]) -> bool:
+        with self._lock:
+            return all(w in self.events for w in wanted)
+
+
+@pytest.fixture
+def started(kube: Kube) -> Iterator[tuple[Informer, Recorder, client.CustomObjectsApi]]:
+    objects = client.CustomObjectsApi(kube.api)
+    objects.create_cluster_custom_object(*NI, inventory("n1"))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(kube.api, NODE_INVENTORIES),
+        recorder,
+        watch_seconds=5,
+        backoff_initial=0.05,
+        backoff_max=0.2,
+    )
+    informer.start()
+    assert informer.wait_synced(10)
+    yield informer, recorder, objects
+    informer.stop()
+
+
+def test_lists_then_follows_the_watch(
+    started: tuple[Informer, Recorder, client.CustomObjectsApi],
+) -> None:
+    informer, recorder, objects = started
+    assert recorder.events == [("ADDED", "n1")]
+    objects.create_cluster_custom_object(*NI, inventory("n2"))
+    objects.patch_cluster_custom_object(*NI, "n1", {"address": "b:2"})
+    objects.delete_cluster_custom_object(*NI, "n2")
+    wait_until(lambda: recorder.saw(("DELETED", "n2")), what="the delete to arrive")
+    assert recorder.events == [
+        ("ADDED", "n1"),
+        ("ADDED", "n2"),
+        ("MODIFIED", "n1"),
+        ("DELETED", "n2"),
+    ]
+    cached = informer.get("n1")
+    assert cached is not None
+    assert cached["address"] == "b:2"
+    assert informer.get("n2") is None
+    assert informer.stats.lists == 1
+
+
+def test_a_dropped_watch_resumes_from_its_cursor(
+    started: tuple[Informer, Recorder, client.CustomObjectsApi], kube: Kube
+) -> None:
+    informer, recorder, objects = started
+    watches = informer.stats.watches
+    httpx.post(f"{kube.url}/_fake/drop-watches")
+    objects.create_cluster_custom_object(*NI, inventory("n3"))
+    wait_until(lambda: recorder.saw(("ADDED", "n3")), what="the event after the drop")
+    assert informer.stats.watches > watches
+    assert informer.stats.lists == 1  # no relist: the cursor was still good
+
+
+def test_410_relists_and_diffs(
+    started: tuple[Informer, Recorder, client.CustomObjectsApi], kube: Kube
+) -> None:
+    informer, recorder, objects = started
+    objects.create_cluster_custom_object(*NI, inventory("n2"))
+    wait_until(lambda: recorder.saw(("ADDED", "n2")), what="n2")
+    kube.running.server.faults.clear()
+    # While the watch is gone and the log compacted, n2 is deleted and n1 changes.
+    with kube.store.lock:
+        kube.store.drop_watches()
+    kube.running.server.faults.append(
+        __import__("sandboxctl.testing.kubeapi.server", fromlist=["Fault"]).Fault(
+            "GET", "nodeinventories", 503, 2
+        )
+    )
+    objects.delete_cluster_custom_object(*NI, "n2")
+    objects.patch_cluster_custom_object(*NI, "n1", {"address": "c:3"})
+    kube.store.compact()
+    wait_until(lambda: informer.stats.lists == 2, what="the relist after 410")
+    wait_until(
+        lambda: recorder.saw(("DELETED", "n2"), ("MODIFIED", "n1")), what="the relist's diff"
+    )
+    assert informer.stats.expired == 1
+    assert informer.stats.failures >= 1  # the 503s were backed off
+    assert [i["metadata"]["name"] for i in informer.items()] == ["n1"]
+
+
+def test_a_label_selector_sees_an_object_leave(kube: Kube) -> None:
+    objects = client.CustomObjectsApi(kube.api)
+    objects.create_cluster_custom_object(*NI, inventory("n1", {"pool": "a"}))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(kube.api, NODE_INVENTORIES),
+        recorder,
+        label_selector="pool=a",
+        watch_seconds=5,
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        objects.patch_cluster_custom_object(*NI, "n1", {"metadata": {"labels": {"pool": "b"}}})
+        wait_until(lambda: recorder.saw(("DELETED", "n1")), what="n1 to leave the selector")
+        assert informer.items() == []
+    finally:
+        informer.stop()
+
+
+def test_resync_redelivers_the_cache(kube: Kube) -> None:
+    client.CustomObjectsApi(kube.api).create_cluster_custom_object(*NI, inventory("n1"))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(kube.api, NODE_INVENTORIES), recorder, resync=timedelta(seconds=0.1)
+    )
+    informer.start()
+    try:
+        wait_until(lambda: recorder.events.count(("SYNC", "n1")) >= 2, what="two resyncs")
+        assert informer.stats.lists == 1  # from the cache, not the API
+    finally:
+        informer.stop()
+
+
+def test_survives_a_restart_of_the_api_server(state_dir: Path) -> None:
+    with DoubleProcess(state_dir) as double:
+        api = api_for(double.url)
+        objects = client.CustomObjectsApi(api)
+        objects.create_cluster_custom_object(*NI, inventory("n1"))
+        recorder = Recorder()
+        informer = Informer(
+            CustomObjects(api, NODE_INVENTORIES),
+            recorder,
+            watch_seconds=5,
+            backoff_initial=0.05,
+            backoff_max=0.5,
+        )
+        informer.start()
+        try:
+            assert informer.wait_synced(10)
+            double.stop()
+            wait_until(
+                lambda: informer.stats.failures >= 1, what="the informer to notice the outage"
+            )
+            assert informer.get("n1") is not None  # reads go on from the cache
+            double.start()
+            objects.create_cluster_custom_object(*NI, inventory("n2"))
+            wait_until(
+                lambda: recorder.saw(("ADDED", "n2")), timeout=20, what="an event after the restart"
+            )
+            assert {i["metadata"]["name"] for i in informer.items()} == {"n1", "n2"}
+        finally:
+            informer.stop()

@@ -1,0 +1,128 @@
+"""Lease-based leader election against the double (compressed durations): one leader of
+two, a handover on stop, failover when the leader dies, and a lease lost in a
+control-plane outage that stops leading without stopping the process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.kube import LeaderElector
+from tests.kubeapi.double import DoubleProcess, Kube, api_for
+from tests.sandboxd.servers import wait_until
+
+FAST = {
+    "lease_duration": timedelta(seconds=1.5),
+    "renew_deadline": timedelta(seconds=1.0),
+    "retry_period": timedelta(seconds=0.2),
+    "rejoin_after": timedelta(seconds=0.5),
+}
+
+
+class Candidate:
+    def __init__(self, api: client.ApiClient, identity: str) -> None:
+        self.log: list[str] = []
+        self._lock = threading.Lock()
+        self.elector = LeaderElector(
+            api,
+            "sandbox-system",
+            "warm-pool-driver",
+            identity,
+            self._started,
+            self._stopped,
+            **FAST,
+        )
+
+    def _started(self) -> None:
+        with self._lock:
+            self.log.append("started")
+
+    def _stopped(self) -> None:
+        with self._lock:
+            self.log.append("stopped")
+
+
+@pytest.fixture
+def pair(kube: Kube) -> Iterator[tuple[Candidate, Candidate]]:
+    a, b = Candidate(kube.api, "a"), Candidate(kube.api, "b")
+    yield a, b
+    a.elector.stop()
+    b.elector.stop()
+
+
+def holder(api: client.ApiClient) -> str | None:
+    lease = client.CoordinationV1Api(api).read_namespaced_lease(
+        "warm-pool-driver", "sandbox-system"
+    )
+    return lease.spec.holder_identity  # type: ignore[no-any-return]
+
+
+def test_one_leader_of_two_and_a_handover_on_stop(
+    pair: tuple[Candidate, Candidate], kube: Kube
+) -> None:
+    a, b = pair
+    a.elector.start()
+    b.elector.start()
+    wait_until(lambda: a.elector.is_leader or b.elector.is_leader, what="a leader")
+    leader, follower = (a, b) if a.elector.is_leader else (b, a)
+    wait_until(lambda: leader.elector.stats.renewals >= 3, what="three renewals")
+    assert not follower.elector.is_leader
+    assert holder(kube.api) == leader.elector.identity
+    leader.elector.stop()  # hands the lease back
+    assert leader.log == ["started", "stopped"]
+    wait_until(lambda: follower.elector.is_leader, timeout=5, what="the follower to take over")
+    assert holder(kube.api) == follower.elector.identity
+
+
+def test_a_dead_leader_is_replaced_after_the_lease_duration(
+    pair: tuple[Candidate, Candidate],
+) -> None:
+    a, b = pair
+    a.elector.start()
+    wait_until(lambda: a.elector.is_leader, what="a to lead")
+    a.elector._release = lambda: None  # type: ignore[method-assign]  # dies holding it
+    a.elector.stop()
+    b.elector.start()
+    wait_until(lambda: b.elector.stats.conflicts or not b.elector.is_leader, what="b to campaign")
+    assert not b.elector.is_leader  # a's lease has not run out yet, as b sees it
+    wait_until(lambda: b.elector.is_leader, timeout=10, what="b to take over")
+
+
+def test_an_outage_stops_leading_but_not_the_process(state_dir: Path) -> None:
+    with DoubleProcess(state_dir) as double:
+        candidate = Candidate(api_for(double.url), "solo")
+        candidate.elector.start()
+        try:
+            wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
+            double.stop()
+            wait_until(
+                lambda: candidate.log == ["started", "stopped"],
+                timeout=10,
+                what="the lease to be lost",
+            )
+            assert candidate.elector.stats.lost == 1
+            double.start()
+            wait_until(lambda: candidate.elector.is_leader, timeout=10, what="solo to lead again")
+            assert candidate.log == ["started", "stopped", "started"]
+        finally:
+            candidate.elector.stop()
+
+
+def test_durations_must_nest(kube: Kube) -> None:
+    with pytest.raises(ConfigurationError):
+        LeaderElector(
+            kube.api,
+            "ns",
+            "x",
+            "me",
+            lambda: None,
+            lambda: None,
+            lease_duration=timedelta(seconds=1),
+            renew_deadline=timedelta(seconds=2),
+        )
