@@ -1,328 +1,493 @@
-"""SandboxStore reads and watches over generated fleets of 26x100, 26x2000 and 200x2000.
+"""SandboxStore reads at 200x2000, before and after the ledger, measured in the same run.
 
-Every fleet is built once (``benchmarks.fleet.generate_fleet``, no stale nodes: every
-node publishes within 30 s of ``FLEET_NOW``, well inside the default 90 s rule) into a
-``MemoryInventorySource`` read through a ``ManualClock`` stopped at ``FLEET_NOW``; the
-store has no node access (``nodes=None``), so no read ever asks an agent.
+The fleet is ``benchmarks.fleet.generate_fleet(200, 2000)`` (deterministic: a seeded RNG
+and fixed field values; every node publishes within 30 s of ``FLEET_NOW``, well inside the
+default 90 s rule) in a ``MemoryInventorySource`` read through a ``ManualClock`` stopped
+at ``FLEET_NOW``; the store has no node access (``nodes=None``), so no read asks an agent.
 
-1. Watch ticks per shape, following the last entry of the last node:
+**Before** (``old_p50``) is commit ``1e2f666``, the uncached store: ``git archive 1e2f666
+sandboxctl benchmarks`` of the repository (``git rev-parse --show-toplevel``) is extracted
+to a temporary directory, and ``benchmarks/store_baseline.py`` runs there in a subprocess
+(the same interpreter, that tree first on ``sys.path``) over the same fleet, answering
+one figure per request; see its docstring for what it times. Without git or the commit,
+one row says the baseline is unavailable and the others show the new figures alone.
+**After** (``p50``) is this tree, in this process. ``ratio`` is new / old; ``cpu`` and
+``old_cpu`` are CPU time where a figure is one run (on a busy machine, steadier than wall).
 
-   - ``watch tick pinned``: ``Watcher(store, Query.parse("default",
-     fields="metadata.name=<name>"))`` opened once, then idle ``tick()`` timed; it reads
-     only the holding node's record (its ``by_name`` dict), then builds one Sandbox object;
-   - ``watch tick fleet``: ``Watcher(store, Query.parse("default"))`` opened once (the
-     opening burst, one full sweep, is setup), then idle ``tick()`` timed: it finds the
-     snapshot object and the freshness cutoff it read last, so it lists no node, reads
-     none (``store.stats`` unchanged, asserted) and builds no object; target <= 50 µs;
-   - ``watch tick fleet/pinned``: the ratio of those two idle p50s (below 1: the idle
-     fleet tick does less than the pinned one, which builds its object every tick);
-   - ``watch tick fleet, one node republished``: before each timed tick (untimed), one
-     node's inventory is replaced by ``benchmarks.fleet.republish`` of it (10% of the
-     entries change phase and deadline, 10% are renamed), nodes taken in turn; the tick
-     lists the fresh nodes, rescans that one node (one node read, asserted), builds an
-     object only for the entries not equal to the ones it read before, and sends
-     MODIFIED, ADDED and DELETED (``events`` per tick);
-   - ``watch tick fleet, one node all new``: the same with ``all_new=True`` (every entry
-     renamed): the rescan builds an object for each of the node's entries, the cost of
-     one node of its size. Every republished inventory is put back afterwards;
-   - ``watch tick pinned flatness``: pinned p50 at 200x2000 / 26x100; target <= 2x.
+- ``cold full list``: the first ``store.list(Query())`` (everything, all namespaces; the
+  first read of any kind builds the ledger, so it comes first): the ledger builds the
+  400,000 objects, the list sorts the names once and answers. One run;
+- ``full list, warm ledger``: ``store.list(Query())`` again, p50. Target <= 2 s. Old:
+  ``store.list(Query.parse(None))``, which builds every object per call, timed once over
+  the fleet's first 26 nodes (52,000 objects) and scaled per object to 400,000 (a 200x2000
+  run takes ~20 s on an idle machine and minutes on a busy one: scaled, it came within
+  ~1% of a direct 200x2000 run in wall time and ~15% under it in CPU time); it is also
+  the cold list's ``old_p50`` and ``old_cpu``;
+- ``pinned watch tick, idle``: ``store.watch(Query.parse("default", fields="metadata.name=<x>"))``
+  (the last entry of the last node) opened, then idle ``poll()`` (must send nothing).
+  Old: ``Watcher(...).tick()`` on the same query;
+- ``FleetView.lookup_name`` / ``lookup_claim_id``: the snapshot lookups of 1000 random
+  fresh entries (``store_baseline.lookup_picks``, the same on both sides), 50 per timed
+  run, per lookup; ``store.locate`` / ``store.locate_claim``: the first 100 of them
+  through the store, 10 a run, per lookup (old: with its owning-node index warm), for
+  information (no target);
+- ``e2b page of 100``: ``store.page("default", paging.sort_key, Filters().accepts, cursor,
+  True, 100)``, the first page and the page 5000 deep (the cursor 50 pages in); the runs
+  are sorted by an untimed walk first. Old: ``SortedIndex().page(store.view(), ...)``;
+- ``list after one node republished`` (last: it changes the fleet): before each timed
+  ``store.list(Query())``, untimed, one node's inventory is replaced by
+  ``benchmarks.fleet.republish`` of it (10% of the entries change phase and deadline, 10%
+  are renamed: 600 changes), nodes taken in turn; ``store.stats.rescans`` must grow by
+  exactly one per list (asserted; ``rescans``). Target p50 <= 5% of the cold full list's
+  wall time (``vs_cold``; ``cpu`` against the cold list's ``cpu`` for the CPU share).
 
-   Reference figures (upstream, as measured there): fleet/pinned ratios of 33x, 21x and
-   147x on these three shapes, when an idle fleet tick swept every fresh entry into a
-   Sandbox object and diffed them (~25 s at 200x2000); and a pinned tick that grew with
-   one node's entries (it scanned the holding node's inventory); here the pinned tick
-   reads a per-node dict and the fleet tick rescans only nodes whose record changed.
+The pinned tick, the snapshot lookups and the pages target no regression: new p50 <= 1.1x
+old p50. Each of those figures (and the store lookups) is timed in ``ROUNDS`` interleaved
+rounds, old and new in turn (~0.2 s a side a round; ``store_baseline.repeat``, the same
+code on both sides), and ``p50`` pools each side's samples: load on a shared machine
+comes and goes, and both sides see the same share of it. The rounds run no full
+collection (each side collects once before them: over these heaps it takes seconds).
 
-2. The store with its indexes on (``indexed=True``) against a second store over the same
-   source with ``indexed=False``, measured back to back:
+Last, ``event log memory``: twice, under tracemalloc from the start, a separate 2x2000
+fleet, its source and a store are built, the store syncs (the cold build), then nodes are
+republished in turn (600 changes each) with a sync after each until >= 10,000 changes
+were logged; the bytes still allocated at the end are counted. Once with the default
+``retain`` (10,000: the log holds every change, fewer than 20,000, so none trimmed), once
+with ``retain=1``; everything else is the same, so the difference is what the log
+retains (the changes, and the objects and entries only the log still holds). An untraced
+dry run first fills ``benchmarks.fleet``'s cache of shared datetimes, so neither traced
+run allocates it. Reported in KB per 10,000 events (``events``: how many were logged);
+what an event holds does not depend on the fleet's size (4x2000 and 8x2000 measured the
+same within 1%).
 
-   - ``list phase=Running``, at 26x2000: ``Query.parse(None, labels="sandbox.cocoonstack.io/
-     phase=Running")``, one run per store (each is a full sweep: ~20 s at 200x2000, so
-     not run there). ``list()`` never consults the indexes (they serve lookups by name
-     and claim id, not label selectors), so the ratio row is expected near 1x and its
-     ``note`` says so;
-   - ``get``, at 200x2000: ``store.get("default", name)`` for random names of the fleet;
-     with the index it resolves through the owning-node index (warmed by the first pass)
-     and the node's ``by_name`` dict; without, it scans ``view.entries("default")`` to
-     the name.
-
-Timed blocks keep the cyclic collector on, as in production; setup (fleet generation,
-the fleet watch's opening burst, the republishes) runs with it paused or untimed. Whole
-run: about a minute, dominated by the 200x2000 fleet watch's opening burst (~15 s: about
-35 µs per Sandbox object, most of it the pure-Python FNV-1a of its resourceVersion).
+Timed blocks keep the cyclic collector on, as in production; setup runs with it paused.
+The two processes' setups overlap; their timed parts never do. Whole run: about two
+minutes on this 2-core machine, most of it the cold ledger (~40 s CPU, some 60% of it the
+cyclic collector scanning the growing heap) and building the fleets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import itertools
-import random
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from benchmarks import Row, with_target
-from benchmarks.fleet import FLEET_NOW, generate_fleet, node_name, republish
+from benchmarks.fleet import FLEET_NOW, claim_id, generate_fleet, node_name, republish
+from benchmarks.store_baseline import (
+    DEEP_PAGES,
+    LIST_NODES,
+    LOCATE_CHUNK,
+    LOCATE_KEYS,
+    LOOKUP_CHUNK,
+    NAMESPACE,
+    NODES,
+    OLD_COMMIT,
+    PAGE_LIMIT,
+    PER_NODE,
+    Procedure,
+    deep_cursor,
+    lookup_picks,
+    pinned_name,
+    time_each,
+    time_idle_tick,
+    time_page,
+    timed_once,
+)
 from benchmarks.timing import Timing, gc_paused, measure
+from sandboxctl.apiserver.e2b.paging import Filters, sort_key
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import DEFAULT_NAMESPACE, NodeInventory
 from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.store.ledger import DEFAULT_RETAIN
 from sandboxctl.store.store import Query, SandboxStore
-from sandboxctl.store.watch import Watcher
 
 NAME = "store"
-SHAPES = ((26, 100), (26, 2000), (200, 2000))
-LIST_SHAPE = (26, 2000)  # a 200x2000 list takes ~20 s a run: the run would pass 2 minutes
+SHAPE = f"{NODES}x{PER_NODE}"
 RULE = FreshnessRule().validate()
-LABELS = "sandbox.cocoonstack.io/phase=Running"
-GET_KEYS = 1000  # distinct random names for the indexed get, cycled per timed run
+ANSWER_SECONDS = 600.0  # the longest the old build may take to answer (its setup, mostly)
+ROUNDS = 8
 
-PINNED_TARGET_US = 50.0
-IDLE_FLEET_TARGET_US = 50.0  # an idle fleet tick reads no node, whatever the fleet's size
-FLATNESS_TARGET = 2.0  # pinned p50, largest / smallest fleet
-POLL_RATIO_TARGET = 1000.0  # fleet poll / pinned tick at 200x2000
-NO_GAIN_BELOW = 1.25  # a disabled/enabled ratio under this is no gain
-REPUBLISHES = (  # (case, benchmarks.fleet.republish's all_new)
-    ("watch tick fleet, one node republished", False),
-    ("watch tick fleet, one node all new", True),
-)
+FULL_LIST_TARGET_S = 2.0
+REPUBLISHED_TARGET = 0.05  # of a cold full list
+REGRESSION_TARGET = 1.1  # new p50 / old p50
+REPUBLISH_RUNS, REPUBLISH_SECONDS = 8, 4.0  # at least 3 runs
+
+LOG_NODES = 2  # the event-log fleet: LOG_NODES x PER_NODE
+LOG_EVENTS = 10_000
 
 
 def run() -> Iterator[Row]:
-    pinned_p50_ns: dict[str, float] = {}
-    lists: list[Row] = []  # measured at LIST_SHAPE, shown after the watch rows
-    store: SandboxStore | None = None
-    for nodes, per_node in SHAPES:
-        store = None  # drop the previous fleet before building the next
-        gc.collect()
-        store = _store(nodes, per_node)
-        for row, p50_ns in _bench_watch(store, nodes, per_node):
-            if p50_ns is not None:
-                pinned_p50_ns[row["fleet"]] = p50_ns
-            yield row
-        if (nodes, per_node) == LIST_SHAPE:
-            lists.extend(_bench_list(store, nodes, per_node))
-    small, large = (f"{n}x{e}" for n, e in (SHAPES[0], SHAPES[-1]))
-    flatness = pinned_p50_ns[large] / pinned_p50_ns[small]
-    yield with_target(
-        _row("watch tick pinned flatness", f"{large}/{small}", ratio=round(flatness, 2)),
-        flatness <= FLATNESS_TARGET,
-        f"<= {FLATNESS_TARGET:g}x",
-    )
-    yield from lists
-    assert store is not None
-    yield from _bench_get(store, *SHAPES[-1])
+    with _old_build() as old:
+        yield from _bench(old)
+    if old.why:
+        yield _row(f"baseline (commit {OLD_COMMIT})", SHAPE, note=f"unavailable: {old.why}")
+    yield _log_memory()
 
 
-def _store(nodes: int, per_node: int) -> SandboxStore:
-    """The fleet in a memory source, read at FLEET_NOW; every node fresh."""
-    with gc_paused():  # setup, not measured
-        fleet = generate_fleet(nodes, per_node)
-        clock = ManualClock(FLEET_NOW)
-        source = MemoryInventorySource(fleet, clock)
-    store = SandboxStore(source, RULE, clock=clock)
-    assert store.view().fresh_nodes() == [node_name(n) for n in range(nodes)]
-    return store
+# --- the old build, in a subprocess ------------------------------------------------------
 
 
-def _bench_watch(
-    store: SandboxStore, nodes: int, per_node: int
-) -> Iterator[tuple[Row, float | None]]:
-    """Rows for one shape, each with the pinned p50 in ns where the row is the pinned tick."""
-    shape = f"{nodes}x{per_node}"
-    total = nodes * per_node
-    big = per_node >= 2000
-    name = f"sb-node-{nodes - 1:03d}-{per_node - 1}"  # the last entry of the last node
+class _OldBuild:
+    """The old build's process: ``ask(figure)`` answers its samples, or None (``why``)."""
 
-    # pinned first, while the heap holds no fleet watch
-    pinned = Watcher(store, Query.parse(DEFAULT_NAMESPACE, fields=f"metadata.name={name}"))
-    opened = pinned.open()
-    assert [e.object["metadata"]["name"] for e in opened] == [name]
-    sweeps = store.stats.fleet_reads
-    pinned_timing = measure(_idle(pinned), runs=5000, warmup=100, max_seconds=1.0)
-    assert store.stats.fleet_reads == sweeps, "an idle pinned tick swept the fleet"
-    pinned_ns = pinned_timing.p50_ns
-    yield (
-        with_target(
-            _row("watch tick pinned", shape, **pinned_timing.figures("us"), items=1),
-            pinned_ns / 1e3 <= PINNED_TARGET_US,
-            f"<= {PINNED_TARGET_US:g} µs",
-        ),
-        pinned_ns,
-    )
+    def __init__(self) -> None:
+        self.why = ""
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
 
-    # The fleet poll a pinned watch replaces: sweep every inventory and build every object,
-    # as a watch that re-lists the fleet each tick does (upstream's "fleet" arm).
-    everyone = Query.parse(DEFAULT_NAMESPACE)
-    poll_timing = measure(
-        lambda: store.list(everyone),
-        runs=5 if nodes * per_node < 100_000 else 1,
-        warmup=0,
-        max_seconds=1.0,
-        min_runs=1,
-    )
-    yield (_row("fleet poll (full sweep)", shape, **poll_timing.figures("ms"), items=total), None)
-    poll_ratio = poll_timing.p50_ns / pinned_ns
-    ratio_row = _row(
-        "fleet poll/pinned tick",
-        shape,
-        ratio=_ratio(poll_timing, pinned_timing),
-        note="what one tick of a pinned watch costs against re-listing the fleet",
-    )
-    if (nodes, per_node) == (200, 2000):
-        ratio_row = with_target(ratio_row, poll_ratio >= POLL_RATIO_TARGET, ">= 1000x")
-    yield (ratio_row, None)
-
-    fleet = Watcher(store, Query.parse(DEFAULT_NAMESPACE))
-    with gc_paused():  # setup: the opening burst builds every entry's object
-        assert len(fleet.open()) == total
-    reads = (store.stats.fleet_reads, store.stats.node_reads)
-    fleet_timing = measure(_idle(fleet), runs=5000, warmup=100, max_seconds=1.0)
-    assert (store.stats.fleet_reads, store.stats.node_reads) == reads, "an idle tick read"
-    fleet_ns = fleet_timing.p50_ns
-    yield (
-        with_target(
-            _row("watch tick fleet", shape, **fleet_timing.figures("us"), items=total),
-            fleet_ns / 1e3 <= IDLE_FLEET_TARGET_US,
-            f"<= {IDLE_FLEET_TARGET_US:g} µs",
-        ),
-        None,
-    )
-    yield (
-        _row(
-            "watch tick fleet/pinned",
-            shape,
-            ratio=_ratio(fleet_timing, pinned_timing),
-            note="idle ticks: fleet (same snapshot, no node read) / pinned (reads its "
-            "node, builds one object)",
-        ),
-        None,
-    )
-
-    for case, all_new in REPUBLISHES:
-        timing, events = _republished(store, fleet, nodes, big, all_new)
-        yield (
-            _row(case, shape, **timing.figures("ms"), items=per_node, events=events),
-            None,
+    def start(self, tree: Path) -> None:
+        """Extract the old trees into ``tree`` and start the old build there (it sets up
+        while this process does)."""
+        here = Path(__file__).resolve().parent
+        git = shutil.which("git")
+        if git is None:
+            self.why = "git is not installed"
+            return
+        top = subprocess.run(
+            [git, "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True
         )
-    del fleet  # its 400k known objects would tax every later collection
+        if top.returncode != 0:
+            self.why = f"not a git checkout ({top.stderr.strip()})"
+            return
+        archive = subprocess.run(
+            [git, "archive", OLD_COMMIT, "sandboxctl", "benchmarks"],
+            cwd=top.stdout.strip(),
+            capture_output=True,
+        )
+        if archive.returncode != 0:
+            self.why = f"git archive {OLD_COMMIT}: {archive.stderr.decode().strip()}"
+            return
+        try:
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            self.why = f"extracting {OLD_COMMIT}: {error}"
+            return
+        shutil.copy(here / "store_baseline.py", tree / "benchmarks")
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.store_baseline"],
+            cwd=tree,  # first on sys.path with -m: the old sandboxctl and benchmarks
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._read, args=(self._process,), daemon=True).start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._lines.put(line)
+        self._lines.put("")  # it exited
+
+    def ready(self) -> None:
+        """Wait until the old build has set up (or failed to)."""
+        if self._process is not None:
+            answer = self._answer()
+            if answer is not None and not answer.get("ready"):
+                self._fail(f"it did not start: {answer}")
+
+    def ask(self, figure: str) -> dict[str, Any] | None:
+        if self._process is None:
+            return None
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(figure + "\n")
+            self._process.stdin.flush()
+        except OSError as error:
+            self._fail(f"it went away ({error})")
+            return None
+        answer = self._answer()
+        if answer is not None and "samples_ns" not in answer:
+            self._fail(f"{figure}: {answer}")
+            return None
+        return answer
+
+    def _answer(self) -> dict[str, Any] | None:
+        try:
+            line = self._lines.get(timeout=ANSWER_SECONDS)
+        except queue.Empty:
+            self._fail(f"no answer in {ANSWER_SECONDS:g} s")
+            return None
+        if not line:
+            assert self._process is not None
+            self._fail(f"it exited ({self._process.wait()}; see stderr)")
+            return None
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def _fail(self, why: str) -> None:
+        self.why = f"the old build's run failed: {why}"
+        self.close()
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            assert process.stdin is not None
+            process.stdin.write("quit\n")
+            process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def _old_build() -> Iterator[_OldBuild]:
+    old = _OldBuild()
+    with tempfile.TemporaryDirectory(prefix="sandboxctl-bench-store-") as tree:
+        try:
+            old.start(Path(tree))
+            yield old
+        finally:
+            old.close()
+
+
+# --- both builds -------------------------------------------------------------------------
+
+
+def _bench(old: _OldBuild) -> Iterator[Row]:
+    with gc_paused():  # setup, not measured; the old build sets up meanwhile
+        clock = ManualClock(FLEET_NOW)
+        source = MemoryInventorySource(generate_fleet(NODES, PER_NODE), clock)
+    store = SandboxStore(source, RULE, clock=clock)
+    everything = Query()
+    total = NODES * PER_NODE
+    old.ready()
+
+    # 1. the old list (this process idle), then the first read here builds the ledger
+    old_list, old_list_cpu_ns = _scaled_old_list(old.ask("full_list"))
+    listed: list[int] = []
+    cold = timed_once(lambda: listed.append(len(store.list(everything).items)))
+    assert listed == [total], listed
+    assert store.stats.rescans == NODES
+    (cold_ns,) = cold["samples_ns"]
+    row = _versus(
+        "cold full list (the ledger builds all)",
+        Timing((cold_ns,)),
+        old_list,
+        "ms",
+        cpu_ms=_round(cold["cpu_ns"] / 1e6),
+    )
+    if old_list is not None:
+        row["old_cpu_ms"] = _round(old_list_cpu_ns / 1e6)
+    yield row
+
+    def listing() -> None:
+        assert len(store.list(everything).items) == total
+
+    warm = measure(listing, runs=5, warmup=0, max_seconds=3.0, min_runs=3)
+    row = _versus("full list, warm ledger", warm, old_list, "ms")
+    yield with_target(row, warm.p50_ns / 1e9 <= FULL_LIST_TARGET_S, "<= 2 s")
+    gc.collect()  # once, before the rounds (which do not collect)
+
+    # 2. the pinned watch, idle
+    name = pinned_name(NODES, PER_NODE)
+    watch = store.watch(Query.parse(NAMESPACE, fields=f"metadata.name={name}"))
+    assert [e.object["metadata"]["name"] for e in watch.open()] == [name]
+    yield _regression(
+        old, "pinned_tick", time_idle_tick(watch.poll), "pinned watch tick, idle", "us"
+    )
+
+    # 3. snapshot lookups, then the store's
+    picks = lookup_picks(NODES, PER_NODE)
+    names = [(NAMESPACE, f"sb-node-{n:03d}-{i}") for n, i in picks]
+    ids = [claim_id(n, i) for n, i in picks]
+    view = source.snapshot().view(RULE, clock.now(), clock.monotonic())
+    by_name = time_each(lambda key: view.lookup_name(*key), names, LOOKUP_CHUNK)
+    yield _regression(old, "lookup_name", by_name, "FleetView.lookup_name", "us")
+    by_id = time_each(view.lookup_claim_id, ids, LOOKUP_CHUNK)
+    yield _regression(old, "lookup_claim_id", by_id, "FleetView.lookup_claim_id", "us")
+    names, ids = names[:LOCATE_KEYS], ids[:LOCATE_KEYS]
+    assert all(store.locate(*key) is not None for key in names)
+    assert all(store.locate_claim(cid) is not None for cid in ids)
+    for figure, procedure in (
+        ("locate", time_each(lambda key: store.locate(*key), names, LOCATE_CHUNK)),
+        ("locate_claim", time_each(store.locate_claim, ids, LOCATE_CHUNK)),
+    ):
+        new, before = _interleaved(old, figure, procedure)
+        yield _versus(f"store.{figure} (information)", new, before, "us")
+
+    # 4. e2b pages of 100
+    accepts = Filters().accepts
+
+    def page(cursor: Any) -> tuple[list[Any], Any]:
+        found, following, _ = store.page(NAMESPACE, sort_key, accepts, cursor, True, PAGE_LIMIT)
+        return found, following
+
+    deep = deep_cursor(page)
+    first_page = time_page(page, None)
+    yield _regression(old, "page_first", first_page, "e2b page of 100, first", "ms")
+    deep_page = time_page(page, deep)
+    yield _regression(
+        old, "page_deep", deep_page, f"e2b page of 100, {DEEP_PAGES * PAGE_LIMIT} deep", "ms"
+    )
+    old.close()  # its fleet is no longer needed
+
+    # 5. last (it changes the fleet): lists after one node's republish
+    yield _republished(store, source, everything, cold)
+
+
+def _interleaved(old: _OldBuild, figure: str, new: Procedure) -> tuple[Timing, Timing | None]:
+    """ROUNDS rounds of one figure, old and new in turn; each side's samples pooled."""
+    mine: list[float] = []
+    theirs: list[float] | None = []
+    for round_ in range(ROUNDS):
+        for side in ("old", "new") if round_ % 2 == 0 else ("new", "old"):
+            if side == "new":
+                mine.extend(new().samples_ns)
+            elif theirs is not None:
+                answer = old.ask(figure)
+                theirs = None if answer is None else theirs + answer["samples_ns"]
+    return Timing(tuple(sorted(mine))), Timing(tuple(sorted(theirs))) if theirs else None
 
 
 def _republished(
-    store: SandboxStore, fleet: Watcher, nodes: int, big: bool, all_new: bool
-) -> tuple[Timing, int]:
-    """Ticks that each find one node republished (untimed, just before): the tick lists
-    the fresh nodes, rescans that one, and reports its changes. Nodes taken in turn; every
-    inventory is put back afterwards, so later cases read the fleet as generated."""
-    source = store.source
-    assert isinstance(source, MemoryInventorySource)
-    originals: dict[str, NodeInventory] = {}
-    samples: list[float] = []
-    events: set[int] = set()
-    reads = store.stats.node_reads
-    runs, max_ns = (30 if big else 200), 2e9
-    gc.collect()
+    store: SandboxStore, source: MemoryInventorySource, query: Query, cold: dict[str, Any]
+) -> Row:
+    """Lists that each follow one node's republish (untimed, just before)."""
+    walls: list[float] = []
+    cpus: list[float] = []
     spent = 0.0
-    for run in range(runs):
-        node = node_name(run % nodes)
-        record = source.snapshot().record(node)
+    gc.collect()
+    for run in range(REPUBLISH_RUNS):
+        record = source.snapshot().record(node_name(run % NODES))
         assert record is not None
-        originals.setdefault(node, record.inventory)
-        source.apply(republish(record.inventory, all_new=all_new, generation=run + 1))
-        start = time.perf_counter_ns()
-        sent = fleet.tick()
-        spent += (elapsed := time.perf_counter_ns() - start)
-        samples.append(elapsed)
-        events.add(len(sent))
-        if run + 1 >= 5 and spent > max_ns:
+        source.apply(republish(record.inventory, generation=1))
+        rescans = store.stats.rescans
+        wall, cpu = time.perf_counter_ns(), time.process_time_ns()
+        page = store.list(query)
+        walls.append(elapsed := time.perf_counter_ns() - wall)
+        cpus.append(time.process_time_ns() - cpu)
+        assert store.stats.rescans == rescans + 1, "a list after one republish rescanned more"
+        assert len(page.items) == NODES * PER_NODE
+        spent += elapsed
+        if run + 1 >= 3 and spent > REPUBLISH_SECONDS * 1e9:
             break
-    assert store.stats.node_reads == reads + len(samples), "a tick read more than one node"
-    with gc_paused():
-        for inventory in originals.values():
-            source.apply(inventory)
-        assert fleet.tick()  # back as generated (and what the next case starts from)
-    (count,) = events  # every republish of a size changes as many entries
-    return Timing(tuple(sorted(samples))), count
-
-
-def _bench_list(store: SandboxStore, nodes: int, per_node: int) -> Iterator[Row]:
-    """A label-selected list with the indexes on against off, over the same source."""
-    shape = f"{nodes}x{per_node}"
-    enabled = store
-    disabled = SandboxStore(store.source, RULE, clock=store.clock, indexed=False)
-
-    # a fleet list with a label selector: one full sweep per run, one run each
-    query = Query.parse(None, labels=LABELS)
-    counts: dict[str, int] = {}
-    timings: dict[str, Timing] = {}
-    for label, each in (("on", enabled), ("off", disabled)):
-
-        def listing(each: SandboxStore = each, label: str = label) -> None:
-            counts[label] = len(each.list(query))
-
-        timings[label] = measure(listing, runs=1, warmup=0, min_runs=1)
-    assert counts["on"] == counts["off"] == sum(1 for i in range(per_node) if i % 7 != 6) * nodes
-    for label in ("on", "off"):
-        yield _row(
-            f"list phase=Running, index {label}",
-            shape,
-            **timings[label].figures("ms"),
-            items=counts[label],
-        )
-    ratio = _ratio(timings["off"], timings["on"])
-    note = (
-        "no gain: list() sweeps every fresh entry either way; the indexes serve lookups "
-        "by name and claim id, not label selectors"
-        if ratio < NO_GAIN_BELOW
-        else "gain, though list() never consults the indexes: noise?"
+    timing, cpu = Timing(tuple(sorted(walls))), Timing(tuple(sorted(cpus)))
+    share = timing.p50_ns / cold["samples_ns"][0]
+    row = _row(
+        "list after one node republished",
+        SHAPE,
+        p50_ms=_round(timing.p50_ns / 1e6),
+        cpu_ms=_round(cpu.p50_ns / 1e6),
+        vs_cold=round(share, 4),
+        rescans=1,
+        runs=len(walls),
     )
-    yield _row("list phase=Running, off/on", shape, ratio=ratio, note=note)
+    return with_target(row, share <= REPUBLISHED_TARGET, "<= 5 % of a cold full list")
 
 
-def _bench_get(store: SandboxStore, nodes: int, per_node: int) -> Iterator[Row]:
-    """Get by name with the indexes on against off: random names anywhere in the fleet,
-    the same names for both stores, measured back to back."""
-    shape = f"{nodes}x{per_node}"
-    enabled = store
-    disabled = SandboxStore(store.source, RULE, clock=store.clock, indexed=False)
-    rng = random.Random(2)
-    picks = [(rng.randrange(nodes), rng.randrange(per_node)) for _ in range(GET_KEYS)]
-    names = [f"sb-node-{n:03d}-{i}" for n, i in picks]
-    assert all(
-        enabled.get(DEFAULT_NAMESPACE, n) == disabled.get(DEFAULT_NAMESPACE, n) for n in names[:3]
-    )
+# --- the event log's memory ----------------------------------------------------------------
 
-    def gets_on() -> None:
-        get = enabled.get
-        for name in names:
-            get(DEFAULT_NAMESPACE, name)
 
-    keys = itertools.cycle(names)
-    on = measure(gets_on, runs=200, ops=GET_KEYS, max_seconds=1.0)
-    off = measure(lambda: disabled.get(DEFAULT_NAMESPACE, next(keys)), runs=100, max_seconds=3.0)
-    yield _row("get, index on", shape, **on.figures("us"))
-    yield _row("get, index off", shape, **off.figures("ms"))
-    yield _row(
-        "get, off/on",
-        shape,
-        ratio=_ratio(off, on),
-        note="index off scans view.entries('default') up to the name; p50 over random names",
+def _log_memory() -> Row:
+    _logged(None)  # untraced: fills benchmarks.fleet's cache of shared datetimes
+    bare_bytes, bare_events, bare_kept = _logged(1)
+    kept_bytes, events, kept = _logged(DEFAULT_RETAIN)
+    assert bare_events == events, (bare_events, events)
+    assert bare_kept <= 1
+    assert kept == events < 2 * DEFAULT_RETAIN, "the log trimmed: the difference is not one log"
+    per_10k = (kept_bytes - bare_bytes) / events * LOG_EVENTS / 1024
+    return _row(
+        "event log memory, per 10,000 events",
+        f"{LOG_NODES}x{PER_NODE}",
+        per_10k_kb=_round(per_10k),
+        events=events,
     )
 
 
-def _idle(watcher: Watcher) -> Callable[[], None]:
-    """One tick that must send nothing: the fleet does not change between ticks."""
+def _logged(retain: int | None) -> tuple[int, int, int]:
+    """Build a LOG_NODES x PER_NODE fleet, source and store keeping ``retain`` changes
+    (None: no store), then republish nodes in turn until LOG_EVENTS changes were logged.
+    Returns the bytes tracemalloc still counts allocated at the end (everything alive:
+    fleet, source, store), the changes logged and the changes the log retains."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        with gc_paused():
+            base = tracemalloc.get_traced_memory()[0]
+            clock = ManualClock(FLEET_NOW)
+            current = {inv.node: inv for inv in generate_fleet(LOG_NODES, PER_NODE)}
+            source = MemoryInventorySource(current.values(), clock)
+            store = SandboxStore(source, RULE, clock=clock, retain=retain or 1)
+            first = store.state().version if retain is not None else 0  # the cold build
+            changes = generation = 0
+            while changes < LOG_EVENTS:
+                node = node_name(generation % LOG_NODES)
+                generation += 1
+                current[node] = republish(current[node], generation=generation)
+                if retain is None:
+                    changes += 3 * PER_NODE // 10  # 10% changed, 10% renamed (two changes)
+                    continue
+                source.apply(current[node])
+                changes = store.state().version - first
+            gc.collect()
+            live = tracemalloc.get_traced_memory()[0] - base
+            retained = store.retained_changes() if retain is not None else 0
+    finally:
+        tracemalloc.stop()
+    return live, changes, retained
 
-    def tick() -> None:
-        if watcher.tick():
-            raise AssertionError("an idle tick sent events")
 
-    return tick
+# --- rows --------------------------------------------------------------------------------
 
 
-def _ratio(slow: Timing, fast: Timing) -> float:
-    ratio = slow.p50_ns / fast.p50_ns
-    return float(round(ratio)) if ratio >= 100 else round(ratio, 2)
+def _scaled_old_list(answer: dict[str, Any] | None) -> tuple[Timing | None, float]:
+    """The old build's full list per object, scaled to the whole fleet: wall, CPU ns."""
+    if answer is None:
+        return None, 0.0
+    assert answer["items"] == LIST_NODES * PER_NODE
+    (wall,) = answer["samples_ns"]
+    scale = NODES / LIST_NODES
+    return Timing((wall * scale,)), answer["cpu_ns"] * scale
+
+
+def _versus(case: str, new: Timing, old: Timing | None, unit: str, **extra: Any) -> Row:
+    """New p50, old p50 and new / old."""
+    scale = {"us": 1e3, "ms": 1e6}[unit]
+    row = _row(case, SHAPE, **{f"p50_{unit}": _round(new.p50_ns / scale)})
+    if old is not None:
+        row[f"old_p50_{unit}"] = _round(old.p50_ns / scale)
+        row["ratio"] = _ratio(new.p50_ns / old.p50_ns)
+    row["runs"] = len(new.samples_ns)
+    row.update(extra)
+    return row
+
+
+def _regression(old: _OldBuild, figure: str, new: Procedure, case: str, unit: str) -> Row:
+    """A figure that must not regress: new p50 <= REGRESSION_TARGET x old p50."""
+    mine, theirs = _interleaved(old, figure, new)
+    row = _versus(case, mine, theirs, unit)
+    if theirs is None:
+        return row
+    met = mine.p50_ns <= REGRESSION_TARGET * theirs.p50_ns
+    return with_target(row, met, f"<= {REGRESSION_TARGET:g}x old")
+
+
+def _ratio(value: float) -> float:
+    return float(round(value)) if value >= 100 else round(value, 3 if value < 1 else 2)
+
+
+def _round(value: float) -> float:
+    return float(f"{value:.4g}")
 
 
 def _row(case: str, fleet: str, **figures: object) -> Row:

@@ -181,7 +181,7 @@ class FleetSnapshot:
     ) -> FleetSnapshot:
         """The fleet in one pass: the same snapshot as replacing each inventory in turn
         (a later inventory of the same node wins), built without the per-node copies."""
-        with _collector_paused():
+        with collector_paused():
             return cls._build(inventories, seen_at, stall_after)
 
     @classmethod
@@ -349,9 +349,10 @@ class FleetSnapshot:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Every object a build allocates survives it, so the cyclic collector's passes over
-    them are pure cost: with it running, a 200x2000 build takes about five times longer."""
+    them are pure cost: with it running, a 200x2000 build takes about five times longer.
+    (Also used by the store's ledger for its first build.)"""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

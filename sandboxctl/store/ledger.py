@@ -26,6 +26,7 @@ from one this server never gave, is told ``Expired`` (410).
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +37,7 @@ import immutables
 
 from sandboxctl.core.model import Entry
 from sandboxctl.core.sandboxes import sandbox_object
-from sandboxctl.core.snapshot import Located, NodeRecord
+from sandboxctl.core.snapshot import Located, NodeRecord, collector_paused
 from sandboxctl.core.watching import ADDED, DELETED, MODIFIED
 from sandboxctl.store.errors import Expired
 
@@ -72,17 +73,49 @@ class Change:
 
 @dataclass(slots=True)
 class State:
-    """Every object at one version; never changes once made (the map is persistent)."""
+    """Every object at one version; never changes once made (the map is persistent).
+
+    Its sorted names are made when first asked for: from the nearest earlier state that
+    has them (``origin``) and the names added and removed since, in O(names) without a
+    sort, or by sorting when there is no such state or the difference is large."""
 
     version: int
     held: immutables.Map[Name, Held]
     _names: list[Name] | None = field(default=None, repr=False)
+    _origin: State | None = field(default=None, repr=False)
+    _added: frozenset[Name] = field(default=frozenset(), repr=False)
+    _removed: frozenset[Name] = field(default=frozenset(), repr=False)
 
     def names(self) -> list[Name]:
         """Every name, sorted as a list answers them."""
         if self._names is None:
-            self._names = sorted(self.held)
+            origin = self._origin
+            if origin is not None and origin._names is not None:
+                kept = origin._names
+                if self._removed:
+                    kept = [name for name in kept if name not in self._removed]
+                self._names = list(heapq.merge(kept, sorted(self._added)))
+            else:
+                self._names = sorted(self.held)
+            self._origin = None  # let the older state go
         return self._names
+
+    def after(self, version: int, held: immutables.Map[Name, Held], changes: list[Change]) -> State:
+        """The next state: this one with ``changes`` applied (``held`` already has them)."""
+        added = {c.name for c in changes if c.type == ADDED}
+        removed = {c.name for c in changes if c.type == DELETED}
+        since_added: frozenset[Name] = frozenset()
+        since_removed: frozenset[Name] = frozenset()
+        if self._names is not None or self._origin is None:
+            origin = self
+        else:  # carry the difference from this state's origin forward
+            origin, since_added, since_removed = self._origin, self._added, self._removed
+        base = origin.held
+        all_added = (since_added - removed) | {n for n in added if n not in base}
+        all_removed = (since_removed - added) | {n for n in removed if n in base}
+        if (len(all_added) + len(all_removed)) * 4 > len(base) or origin._names is None:
+            return State(version, held)  # sorting anew is as cheap
+        return State(version, held, None, origin, frozenset(all_added), frozenset(all_removed))
 
 
 class Ledger:
@@ -116,6 +149,11 @@ class Ledger:
     @property
     def version(self) -> int:
         return self._state.version
+
+    @property
+    def synced(self) -> bool:
+        """Whether the ledger was ever built (nothing reads it before then)."""
+        return self._synced
 
     def since(self, version: int) -> list[Change]:
         """Every change after ``version``, in order. Raises Expired when the log no
@@ -165,7 +203,12 @@ class Ledger:
         with self._lock:
             if self._inputs is not None and _same(inputs, self._inputs):
                 return False
-            changes = self._sync(fresh())
+            records = fresh()
+            if not self._synced:  # the first build: every object it makes survives it
+                with collector_paused():
+                    changes = self._sync(records)
+            else:
+                changes = self._sync(records)
             self._inputs = inputs
             listeners = list(self._listeners) if changes else []
         for listener in listeners:
@@ -234,8 +277,10 @@ class Ledger:
                 kind = ADDED if last is None else MODIFIED
                 changes.append(Change(version, kind, name, now, last))
         self._synced = True
-        if changes or initial:
+        if initial:
             self._state = State(version, mutation.finish())
+        elif changes:
+            self._state = state.after(version, mutation.finish(), changes)
         if changes:
             self._log.extend(changes)
             overflow = len(self._log) - self._retain

@@ -72,6 +72,11 @@ class PendingWrites:
             writes[claim_id] = _Pending(entry, record, monotonic + self._bound)
             self._bump(node)
 
+    def nodes(self) -> set[str]:
+        """The nodes with a pending write."""
+        with self._lock:
+            return set(self._pending)
+
     def find(self, claim_id: str) -> tuple[str, Entry | None] | None:
         """The node and entry of a pending write to ``claim_id`` (None: released)."""
         with self._lock:

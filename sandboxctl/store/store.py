@@ -37,16 +37,32 @@ from sandboxctl.agentapi import (
     AgentError,
     ClaimGrant,
     ClaimRequest,
+    SandboxLog,
     SandboxRow,
+    UsageSample,
 )
 from sandboxctl.agentapi.mapping import HIBERNATED, RUNNING, entry_from_row
+from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import Entry, PoolKey
-from sandboxctl.core.placement import Delivered, Failed, Outcome, Undelivered, place
+from sandboxctl.core.netpolicy import NetworkPolicy
+from sandboxctl.core.placement import (
+    ColdCandidate,
+    Delivered,
+    Failed,
+    NoWarmCapacity,
+    Outcome,
+    Undelivered,
+    cold_candidates,
+    place,
+    place_cold,
+    serves,
+)
 from sandboxctl.core.sandboxes import sandbox_fields, sandbox_labels, sandbox_object
 from sandboxctl.core.selectors import SANDBOX_FIELDS, FieldSelector, LabelSelector
 from sandboxctl.core.snapshot import FleetView, Located, NodeRecord, WarmCandidate
+from sandboxctl.core.templates import READY_TIMEOUT
 from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339
 from sandboxctl.inventory.source import InventorySource
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
@@ -57,6 +73,8 @@ from sandboxctl.store.nodes import NodeAccess, undelivered
 from sandboxctl.store.overlay import PendingWrites
 from sandboxctl.store.pages import KeyOf, SortedIndex
 from sandboxctl.store.watch import Watch
+
+CLAIM_SLACK = 10.0  # beyond a template's ready wait: the start itself and the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,25 +202,35 @@ class SandboxStore:
         return self._clock.now()
 
     def sync(self) -> _Read:
-        """Bring the ledger up to the source's snapshot and this server's writes; cheap
-        when neither changed since the last call."""
+        """What this server reads now, with the ledger brought up to it (the source's
+        snapshot and this server's writes); cheap when neither changed since the last
+        call."""
+        return self._current(ledger=True)
+
+    def _current(self, ledger: bool = False) -> _Read:
+        """What this server reads now: the fresh nodes' records with its pending writes
+        applied. The ledger (objects, versions, the change log) is brought up to it only
+        for ``ledger``: the e2b API and the proxy never need the Kubernetes objects, so
+        they never pay for building them."""
         view = self._source.snapshot().view(self._rule, self._clock.now(), self._clock.monotonic())
-        with self._sync_lock:
+        with self._sync_lock:  # one at a time: the ledger must never go back to older inputs
             snapshot = view.snapshot
             if len(self._writes):
                 self._writes.settle(snapshot.record, self._clock.monotonic())
             inputs = (snapshot, view.rule.cutoff(view.reference), self._writes.version)
             last = self._read
             if last is not None and _same(last[0], inputs):
-                return dataclasses.replace(last[1], view=view)
-            records = tuple(
-                (node, self._writes.apply(node, record))
-                for node in view.fresh_nodes()
-                if (record := snapshot.record(node)) is not None
-            )
-            read = _Read(view, records, dict(records))
-            self._ledger.sync(inputs, lambda: records)
-            self._read = (inputs, read)
+                read = dataclasses.replace(last[1], view=view)
+            else:
+                records = tuple(
+                    (node, self._writes.apply(node, record))
+                    for node in view.fresh_nodes()
+                    if (record := snapshot.record(node)) is not None
+                )
+                read = _Read(view, records, dict(records))
+                self._read = (inputs, read)
+            if ledger:
+                self._ledger.sync(inputs, lambda: read.records)
             return read
 
     def state(self) -> State:
@@ -227,23 +255,45 @@ class SandboxStore:
         return self._ledger.retained()
 
     def fresh_nodes(self) -> list[str]:
-        return [node for node, _ in self.sync().records]
+        return [node for node, _ in self._current().records]
 
     def address(self, node: str) -> str | None:
         """A fresh node's advertised address; None when it is stale, unknown or has none."""
-        inventory = self.sync().view.inventory(node)
+        inventory = self._current().view.inventory(node)
         return inventory.address if inventory is not None and inventory.address else None
 
     def has_template(self, template: str) -> bool:
-        """Whether a fresh node has a pool of ``template``."""
-        return any(
-            pool.key.template == template
-            for _, record in self.sync().records
+        """Whether a fresh node serves ``template`` (lists it, or has a pool of it)."""
+        return any(serves(record.inventory, template) for _, record in self._current().records)
+
+    def templates(self) -> builtins.list[str]:
+        """Every template a fresh node serves (lists, or has a pool of), sorted."""
+        names = {
+            str(t.get("template"))
+            for _, record in self._current().records
+            for t in record.inventory.templates
+            if t.get("template")
+        }
+        names.update(
+            pool.key.template
+            for _, record in self._current().records
             for pool in record.inventory.pools
         )
+        return sorted(names)
+
+    def template_entries(self) -> dict[str, Mapping[str, Any]]:
+        """Each template a fresh node lists, with what that node says of it (its build,
+        for one built from Debian packages); where nodes differ, the newest build wins."""
+        found: dict[str, Mapping[str, Any]] = {}
+        for _, record in self._current().records:
+            for entry in record.inventory.templates:
+                name = str(entry.get("template") or "")
+                if name and _newer_build(entry, found.get(name)):
+                    found[name] = entry
+        return found
 
     def warm_candidates(self, key: PoolKey) -> list[WarmCandidate]:
-        return self.sync().view.warm_candidates(key)
+        return self._current().view.warm_candidates(key)
 
     # --- lists, watches and pages ----------------------------------------------------
 
@@ -279,7 +329,7 @@ class SandboxStore:
         """Sandboxes of a namespace ordered by ``key`` (a function of the entry kept for
         the store's life), after ``cursor``; the cursor of the next page (see ``pages``);
         and the time of the read. The e2b listing reads this."""
-        read = self.sync()
+        read = self._current()
         with self._sync_lock:
             index = self._pages.setdefault(key, SortedIndex(key))
         found, following = index.page(read.records, namespace, accepts, cursor, descending, limit)
@@ -288,6 +338,7 @@ class SandboxStore:
     def object_of(self, located: Located) -> dict[str, Any]:
         """The served object for a located sandbox: the ledger's when it holds that very
         entry, else one made now at the current version."""
+        self.sync()
         state = self._ledger.state()
         held = state.held.get(located.entry.namespaced_name)
         if held is not None and held.located == located:
@@ -309,10 +360,15 @@ class SandboxStore:
         return self.object_of(located)
 
     def locate(self, namespace: str, name: str) -> Located | None:
-        read = self.sync()
-        held = self._ledger.state().held.get((namespace, name))
-        if held is not None:
-            return held.located
+        read = self._current()
+        # The first node holding it, as the ledger reads it: the inventories' holders, and
+        # the nodes with pending writes (which may hold it only in this server's eyes).
+        holders = {found.node for found in read.view.lookup_name(namespace, name)}
+        for holder in sorted(holders | self._writes.nodes()):
+            record = read.by_node.get(holder)
+            entry = record.by_name.get((namespace, name)) if record is not None else None
+            if entry is not None:
+                return Located(holder, entry)
         node = self._index.name(namespace, name)
         if node is not None:
             found = self._live_on(
@@ -337,7 +393,7 @@ class SandboxStore:
     ) -> Located | None:
         """A sandbox by claim id. ``match`` widens equality (e.g. the e2b id spelling);
         ``ask_nodes`` False reads only what this server holds, never an agent."""
-        read = self.sync()
+        read = self._current()
         accepts = match or (lambda candidate: candidate == claim_id)
 
         def wanted(located: Located) -> bool:
@@ -373,7 +429,7 @@ class SandboxStore:
         """Ask every fresh node's agent for any of ``claim_ids`` (spellings of one id);
         the first node that has it answers with its live row (with the claim token)."""
         nodes = self._routing()
-        read = self.sync()
+        read = self._current()
         targets = self._targets(read)
         by_address = {address: node for node, address in targets}
 
@@ -411,18 +467,24 @@ class SandboxStore:
         metadata: Mapping[str, str] | None = None,
         on_expire: str = "destroy",
         env: Mapping[str, str] | None = None,
+        network: NetworkPolicy | None = None,
     ) -> Assignment:
-        """Place a claim by power of two choices over fresh warm capacity.
+        """Place a claim by power of two choices over fresh warm capacity; when no warm
+        candidate takes it, start one cold on the node with the most free slots (this
+        server's own claims and releases counted), then the next.
 
         ``env`` is the sandbox's environment for the commands envd starts in it; the
-        owning agent validates and stores it, and never lists it.
+        owning agent validates and stores it, and never lists it. ``network`` is its
+        network policy (None: what ``key.net`` says); the claim's net is no pool
+        dimension, so the candidates are those of ``key.pool``.
 
-        Raises NoWarmCapacity when no fresh node has warm capacity left, the node's
-        refusal (NodeRefused) for a 4xx it gives, and NodeUnavailable when a request timed
-        out after it went out (it may have been granted, so it is never retried)."""
+        Raises NoNodeCapacity when every node that serves the template is full, the
+        node's refusal (NodeRefused) for a 4xx it gives, and NodeUnavailable when a
+        request timed out after it went out (it may have been granted, so it is never
+        retried)."""
         nodes = self._routing()
-        read = self.sync()
-        candidates = read.view.warm_candidates(key)
+        read = self._current()
+        candidates = read.view.warm_candidates(key.pool)
         request = ClaimRequest(
             template=key.template,
             net=key.net,
@@ -432,12 +494,16 @@ class SandboxStore:
             metadata=dict(metadata or {}),
             on_expire=on_expire,
             env=dict(env or {}),
+            network=network,
         )
         granted_rows: dict[str, ClaimGrant] = {}
+        # A cold start of a template with a ready command waits for it (startup.py).
+        waits = bool(self.template_entries().get(key.template, {}).get("readyCmd"))
+        timeout = READY_TIMEOUT + CLAIM_SLACK if waits else None
 
-        def attempt(candidate: WarmCandidate) -> Outcome[Assignment]:
+        def attempt(candidate: WarmCandidate | ColdCandidate) -> Outcome[Assignment]:
             try:
-                granted = nodes.client(candidate.address).claim(request)
+                granted = nodes.client(candidate.address, timeout).claim(request)
             except AgentApiError as error:
                 if undelivered(error):
                     return Undelivered(str(error))
@@ -456,7 +522,11 @@ class SandboxStore:
                 )
             )
 
-        _, assignment = place(candidates, attempt, self._rng.randrange)
+        try:
+            _, assignment = place(candidates, attempt, self._rng.randrange)
+        except NoWarmCapacity:
+            inventories = ((node, record.inventory) for node, record in read.records)
+            _, assignment = place_cold(key.template, cold_candidates(inventories, key), attempt)
         self._index.remember_name(namespace, name, assignment.node)
         self._index.remember_claim(namespace, assignment.claim_id, assignment.node)
         self._index.remember_claim("", assignment.claim_id, assignment.node)
@@ -499,6 +569,10 @@ class SandboxStore:
         self._rewrote(located, deadline=reply.deadline)
         return format_rfc3339(reply.deadline) if reply.deadline else None
 
+    def set_network(self, located: Located, update: NetworkUpdate) -> None:
+        """Replace a sandbox's egress rules on its node."""
+        self._verb(located, lambda c: c.set_network(located.entry.id, update))
+
     def pause(self, located: Located) -> None:
         self._verb(located, lambda c: c.hibernate(located.entry.id))
         self._rewrote(located, phase=HIBERNATED)
@@ -513,15 +587,55 @@ class SandboxStore:
         assert isinstance(reply, SandboxRow)
         return reply
 
+    def usage(
+        self,
+        located: Located,
+        start: float | None = None,
+        end: float | None = None,
+        latest: bool = False,
+    ) -> builtins.list[UsageSample]:
+        """The owning node's usage samples of a sandbox, oldest first (only the newest
+        with ``latest``); NotFound once it is gone."""
+        claim_id = located.entry.id
+        samples: builtins.list[UsageSample] = self._verb(
+            located, lambda c: c.usage(claim_id, start, end, latest=latest)
+        )
+        return samples
+
+    def log_of(self, claim_ids: Sequence[str], namespace: str) -> SandboxLog | None:
+        """The log of a sandbox of ``namespace`` by any spelling of its claim id, live
+        or destroyed (its node keeps the log of a killed sandbox a while): every fresh
+        node is asked; None when none has it for that namespace, or this store cannot
+        reach the nodes."""
+        nodes = self._nodes
+        if nodes is None:
+            return None
+        targets = self._targets(self._current())
+
+        def ask(client: AgentClient) -> SandboxLog | None:
+            for claim_id in claim_ids:
+                try:
+                    found = client.log(claim_id)
+                except AgentError as error:
+                    if error.status != 404:
+                        raise
+                    continue
+                if found.claim_ref.partition("/")[0] == namespace:
+                    return found
+            return None
+
+        return nodes.first_hit([address for _, address in targets], ask)
+
     # --- internals -------------------------------------------------------------------
 
     def _wrote(self, node: str, claim_id: str, entry: Entry | None) -> None:
         record = self._source.snapshot().record(node)
         self._writes.wrote(node, claim_id, entry, record, self._clock.monotonic())
-        self.sync()  # logs the change now, and wakes the watches
+        if self._ledger.synced:  # log the change now, and wake the watches
+            self.sync()
 
     def _rewrote(self, located: Located, **changes: Any) -> None:
-        current = self._held_claim(self.sync(), located.entry.id) or located
+        current = self._held_claim(self._current(), located.entry.id) or located
         self._wrote(located.node, located.entry.id, dataclasses.replace(current.entry, **changes))
 
     def _routing(self) -> NodeAccess:
@@ -615,3 +729,13 @@ def _translate(error: Exception) -> Exception:
             return NodeRefused(error.status, error.message)
         return NodeUnavailable(str(error))
     return NodeUnavailable(f"node did not answer: {error}")
+
+
+def _newer_build(entry: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:
+    """A template entry with a build is newer than one without; else by ``createdAt``."""
+    if than is None:
+        return True
+    return (bool(entry.get("digest")), str(entry.get("createdAt") or "")) > (
+        bool(than.get("digest")),
+        str(than.get("createdAt") or ""),
+    )

@@ -3,6 +3,7 @@ with node access: the fleet the end-to-end tests stand the APIs on."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from sandboxctl.inventory.mesh import MeshInventorySource
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
@@ -40,6 +42,7 @@ def real_fleet(
     token: str,
     prefix: str,
     poll: timedelta = timedelta(seconds=0.2),
+    network: bool = False,
 ) -> RealFleet:
     """One agent per node (uids from ``uid_base``, ``uid_step`` apart per node), each
     served on a free port, and a store over them; all stopped by ``stack``. Returns once
@@ -59,7 +62,11 @@ def real_fleet(
             uid_base=uid_base + uid_step * offset,
             max_sandboxes=max_sandboxes,
         )
-        agent = Agent(settings, BubblewrapRuntime())
+        sandbox_network = None
+        if network:  # an auto subnet of its own, no DNS
+            key = hashlib.sha256(str(state).encode()).hexdigest()[:16]
+            sandbox_network = SandboxNetwork(key, "auto", None, state)
+        agent = Agent(settings, BubblewrapRuntime(), network=sandbox_network)
         stack.callback(agent.stop, destroy=True)  # after its server stopped
         agent.start()
         stack.enter_context(serving(create_app(agent, token), port))

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sandboxctl.agentapi import AgentClient
+from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import NodeInventory, Pool, PoolKey
-from sandboxctl.core.placement import NoWarmCapacity
+from sandboxctl.core.placement import NoNodeCapacity
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
@@ -83,12 +83,15 @@ def nodes(uid_base: int) -> Iterator[dict[str, Node]]:
             shutil.rmtree(state, ignore_errors=True)
 
 
-def _inventory(node: Node, warm: int = 1, stamp: datetime = T0) -> NodeInventory:
+def _inventory(
+    node: Node, warm: int = 1, stamp: datetime = T0, capacity: int | None = None
+) -> NodeInventory:
     return NodeInventory(
         node=node.name,
         address=node.address,
         pools=(Pool(PoolKey("base"), warm=warm, target=1),),
         published_at=stamp,
+        capacity=capacity,
     )
 
 
@@ -140,12 +143,34 @@ def test_claims_never_sample_a_node_without_warm_capacity(
         nodes["b"].agent.refill_once()
 
 
-def test_no_warm_capacity_anywhere_is_its_own_error(
+def test_with_no_warm_sandbox_anywhere_a_claim_starts_cold_on_the_roomiest_node(
     nodes: dict[str, Node], make_store: MakeStore
 ) -> None:
-    store, _ = make_store(a=0, b=0)
-    with pytest.raises(NoWarmCapacity):
+    store, source = make_store(a=0, b=0)
+    source.apply(_inventory(nodes["a"], warm=0, capacity=2))
+    source.apply(_inventory(nodes["b"], warm=0, capacity=4))
+    placed = [store.claim("default", f"c{i}", PoolKey("base")).node for i in range(4)]
+    # b has the most room until this server's own claims fill it down to a's
+    assert placed == ["b", "b", "a", "b"]
+    nodes["a"].agent.set_pools({})
+    nodes["b"].agent.set_pools({})
+    assert nodes["a"].agent.info().claimed == 1
+    assert nodes["b"].agent.info().claimed == 3
+
+
+def test_every_node_full_is_no_node_capacity(nodes: dict[str, Node], make_store: MakeStore) -> None:
+    store, source = make_store(a=0, b=0)
+    for node in nodes.values():  # fill every slot behind the inventories' back
+        for _ in range(node.agent.settings.max_sandboxes):
+            node.agent.claim(ClaimRequest(template="base"))
+    with pytest.raises(NoNodeCapacity) as refused:
         store.claim("default", "x", PoolKey("base"))
+    assert sorted(refused.value.tried) == ["a", "b"]  # both asked, both said 429
+    source.apply(_inventory(nodes["a"], warm=0, capacity=0))
+    source.apply(_inventory(nodes["b"], warm=0, capacity=0))
+    with pytest.raises(NoNodeCapacity) as known:
+        store.claim("default", "y", PoolKey("base"))
+    assert known.value.tried == ()  # full by the inventories: nobody is asked
 
 
 def test_a_stale_node_is_never_sampled_nor_asked(

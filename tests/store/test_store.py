@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -310,3 +311,21 @@ def test_a_pinned_watch_sees_only_its_name_and_asks_no_agent(clock: ManualClock)
     (moved,) = watch.poll()
     assert (moved.type, moved.object["status"]["nodeName"]) == ("MODIFIED", "c")
     assert store.stats.live_asks == {}
+
+
+def test_a_states_sorted_names_follow_adds_and_removes_without_a_resort(
+    clock: ManualClock,
+) -> None:
+    names = [f"default/s{i:03}" for i in range(100)]
+    store, source = _store(clock, node("a", *(entry(n) for n in names)))
+    assert store.state().names() == sorted(store.state().held)  # the first: sorted
+    rng = random.Random(7)
+    for round_ in range(30):
+        gone = set(rng.sample(names, 3))
+        names = [n for n in names if n not in gone] + [f"team/n{round_}-{i}" for i in range(2)]
+        source.apply(node("a", *(entry(n) for n in names)))
+        state = store.state()
+        if round_ % 3 == 0:  # some states are never listed: the next carries their changes
+            assert state.names() == sorted(state.held)
+            assert state._origin is None  # it let its origin go
+    assert store.state().names() == sorted(store.state().held)

@@ -83,6 +83,8 @@ def test_a_watch_client_always_agrees_with_a_fresh_list(
                 source.apply(record.inventory)
         if op[0] != "read":
             continue
+        state = store.state()  # its names come from an earlier state's, never re-sorted
+        assert state.names() == sorted(state.held)
         for event in watch.poll():
             key = _key(event.object)
             assert int(event.object["metadata"]["resourceVersion"]) > version
@@ -105,6 +107,9 @@ def test_a_watch_client_always_agrees_with_a_fresh_list(
             client[key] = event.object
     listed = {_key(obj): obj for obj in store.list(query).items}
     assert client == listed
+    for obj in listed.values():  # a get finds the object a list shows, on the same node
+        meta = obj["metadata"]
+        assert store.get(meta["namespace"], meta["name"]) is obj
     fresh = SandboxStore(source, rule, clock=clock).list(query).items
     strip = {
         k: {**o, "metadata": {**o["metadata"], "resourceVersion": ""}} for k, o in listed.items()
