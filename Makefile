@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: serve test lint format unit bench host-tools kubectl clean
+.PHONY: serve test lint format unit bench host-tools kubectl e2b-clients clean
 
 $(INSTALLED): pyproject.toml scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
@@ -25,7 +25,7 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: $(INSTALLED) host-tools kubectl
+unit: $(INSTALLED) host-tools kubectl e2b-clients
 	$(BIN)/pytest
 
 host-tools:
@@ -34,6 +34,11 @@ host-tools:
 ## kubectl: the pinned kubectl the kubectl tests drive, into .tools/bin (x86_64 only)
 kubectl: host-tools
 	scripts/get-kubectl
+
+## e2b-clients: the client matrix's JS SDK, CLI and newest Python SDK, into a cache outside
+## the checkout (SANDBOXCTL_CLIENT_CACHE, default ~/.cache/sandboxctl/e2b-clients)
+e2b-clients: $(INSTALLED)
+	PYTHON=python3 scripts/get-e2b-clients
 
 ## format: rewrite the code in the project's style
 format: $(INSTALLED)

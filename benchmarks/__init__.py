@@ -26,9 +26,38 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "FleetSnapshot build/replace and FleetView reads",
     ),
     "sandboxd": ("benchmarks.bench_sandboxd", "host agent claim/release over HTTP, memory, starts"),
-    "store": ("benchmarks.bench_store", "store watch ticks pinned vs fleet, list/get index on/off"),
+    "store": (
+        "benchmarks.bench_store",
+        "store lists, watch tick, lookups, pages and event log at 200x2000, old build beside",
+    ),
     "e2b": ("benchmarks.bench_e2b", "e2b API: SDK create p50/p99, SDK list 1000, page at 200x2000"),
+    "reads": (
+        "benchmarks.bench_reads",
+        "real agents: create then e2b list visible, watch event after a create",
+    ),
     "envd": ("benchmarks.bench_envd", "envd proxy: added latency, throughput, upload RSS"),
+    "apiserver": ("benchmarks.bench_apiserver", "Sandbox API: the token check per request"),
+    "network": (
+        "benchmarks.bench_network",
+        "sandbox network: claim with policy, starts with/without, NAT throughput, get_host",
+    ),
+    "sampling": ("benchmarks.bench_sampling", "host agent: CPU time per sandbox usage sample"),
+    "kube": (
+        "benchmarks.bench_kube",
+        "Kubernetes: informer event to snapshot, publish tick, dead-node leave, apiserver RSS",
+    ),
+    "guard": (
+        "benchmarks.bench_guard",
+        "guard-workers: tick over 5000 pods, busy -> annotated, API requests per tick",
+    ),
+    "capacity": (
+        "benchmarks.bench_capacity",
+        "e2b creates: 20 at once on 2 warm (failures, p50/p99), warm vs cold fallback",
+    ),
+    "templates": (
+        "benchmarks.bench_templates",
+        "templates: default template build (fresh, cached), size, cold start vs base",
+    ),
 }
 
 

@@ -99,13 +99,13 @@ class _Stack:
     def start(cls, stack: ExitStack) -> _Stack:
         from e2b import Sandbox
 
+        from sandboxctl.agentapi import AgentClient
         from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
         from sandboxctl.apiserver.e2b.ids import public_id
         from sandboxctl.core.freshness import FreshnessRule
         from sandboxctl.core.model import PoolKey
         from sandboxctl.inventory.mesh import MeshInventorySource
         from sandboxctl.proxy import create_proxy_app
-        from sandboxctl.sandboxd.client import SandboxdClient
         from sandboxctl.store import SandboxStore
         from sandboxctl.store.nodes import NodeAccess
 
@@ -117,7 +117,7 @@ class _Stack:
             (folder / name).write_bytes(content)
             (folder / name).chmod(0o600)
         self.agent_address = f"127.0.0.1:{_free_port()}"
-        agent = SandboxdClient(f"http://{self.agent_address}", TOKEN)
+        agent = AgentClient(f"http://{self.agent_address}", TOKEN)
         stack.callback(agent.close)
         command = [
             "serve-sandboxd",
@@ -137,7 +137,7 @@ class _Stack:
         store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
         stack.callback(store.close)
         _wait(
-            lambda: sum(c.warm for c in store.view().warm_candidates(PoolKey("base"))) >= 1,
+            lambda: sum(c.warm for c in store.warm_candidates(PoolKey("base"))) >= 1,
             60,
             "a warm sandbox",
         )
@@ -148,8 +148,8 @@ class _Stack:
         self.sdk = {"api_key": KEY, "api_url": api_url, "sandbox_url": proxy_url}
         self.sandbox = Sandbox.create(**self.sdk)
         stack.callback(self.sandbox.kill)
-        row = next(r for r in agent.sandboxes() if public_id(r["id"]) == self.sandbox.sandbox_id)
-        self.claim_id, self.claim_token = row["id"], agent.get(row["id"])["token"]
+        row = next(r for r in agent.sandboxes() if public_id(r.id) == self.sandbox.sandbox_id)
+        self.claim_id, self.claim_token = row.id, agent.get(row.id).token or ""
         return self
 
     def proxy_headers(self) -> dict[str, str]:
@@ -357,7 +357,7 @@ def _service(
 def _answers(call: Callable[[], object]) -> bool:
     try:
         call()
-    except (httpx.HTTPError, OSError, SandboxctlError):  # the agent's client: SandboxdError
+    except (httpx.HTTPError, OSError, SandboxctlError):  # the agent's client: AgentApiError
         return False
     return True
 

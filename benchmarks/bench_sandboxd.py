@@ -2,7 +2,7 @@
 
 One :class:`Agent` with the :class:`BubblewrapRuntime` (no background loops: the benchmark
 calls ``refill_once()`` itself), served by uvicorn in a thread of this process with a root
-token, reached through :class:`SandboxdClient` (httpx, one kept-alive connection). Needs
+token, reached through :class:`AgentClient` (httpx, one kept-alive connection). Needs
 root and bubblewrap; otherwise a single ``skipped`` row says why. Cases:
 
 - ``GET /v1/info (http, baseline)``: the cost of a request that does almost nothing;
@@ -25,11 +25,17 @@ root and bubblewrap; otherwise a single ``skipped`` row says why. Cases:
 - ``start (refill 30)``: ``refill_once()`` for a target of 30 from empty; ``ops_per_s`` =
   30 / elapsed (the table shows it as ``ops_per`` in ``s``: read starts per second), and
   p50/p99 of one ``runtime.start`` within it;
-- ``cleanup``: processes of the benchmark's uids left after ``agent.stop(destroy=True)``.
+- ``cleanup``: processes of the benchmark's uids left after ``agent.stop(destroy=True)``;
+- ``... (in-process, home limit)`` / ``(in-process, host-dir home)``: warm claim, release
+  and cold claim (``medium``) p50 of two agents side by side, in alternating rounds: one as
+  it runs now (each home a tmpfs of its size class's ``home_bytes``), one with the home
+  bound from a host directory, as before the limit. The ratio rows compare them (warm
+  claim within 10 %, release no worse) and give the cold start's cost in ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import secrets
@@ -48,11 +54,11 @@ import uvicorn
 
 from benchmarks import Row, with_target
 from benchmarks.timing import Timing, measure
+from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.core.model import PoolKey
-from sandboxctl.sandboxd.agent import Agent, AgentSettings, ClaimRequest
+from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
-from sandboxctl.sandboxd.client import SandboxdClient
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime, make_home
 from sandboxctl.sandboxd.runtime import Identity, RuntimeFailure, SandboxSpec
 
 NAME = "sandboxd"
@@ -72,6 +78,9 @@ UID_BLOCK = 100
 UID_BASE = 3_000_000 + (os.getpid() % 10_000) * UID_BLOCK
 
 CLAIM_TARGET_MS = 5.0
+HOME_AGENT_MAX = 40  # each of the two agents of the home-limit comparison
+HOME_ROUNDS = 4  # alternating rounds of a batch of warm claims and the cold ones
+HOME_COLD_CLAIMS = 8
 RSS_TARGET_MB = 5.0
 MEMORY_CGROUP = Path("/sys/fs/cgroup/memory/sandboxctl")
 
@@ -110,18 +119,19 @@ def run() -> Iterator[Row]:
     yield with_target(
         _row("cleanup", leftover=sum(map(len, leftover.values()))), not leftover, "0 left"
     )
+    yield from _home_limit()
 
 
 def _bench(agent: Agent, runtime: _TimedRuntime) -> Iterator[Row]:
     token = secrets.token_urlsafe(24)
-    with _serving(agent, token) as address, SandboxdClient(address, token=token) as client:
+    with _serving(agent, token) as address, AgentClient(address, token=token) as client:
         client.info()  # open the connection, warm up the routes
         baseline = measure(client.info, runs=100, warmup=5, max_seconds=1.0)
         yield _row("GET /v1/info (http, baseline)", **baseline.figures("ms"))
         claim_http, release_http, warm_http = _warm_claims(
             agent,
             HTTP_BATCHES,
-            claim=lambda: client.claim(WARM.template)["id"],
+            claim=lambda: client.claim(ClaimRequest(WARM.template)).id,
             release=client.release,
         )
         yield _claim_row("warm claim (http)", claim_http, warm_http)
@@ -130,7 +140,7 @@ def _bench(agent: Agent, runtime: _TimedRuntime) -> Iterator[Row]:
         cold, cold_release = [], []
         for _ in range(COLD_CLAIMS):
             start = time.perf_counter_ns()
-            sandbox_id = client.claim(COLD.template, size=COLD.size)["id"]
+            sandbox_id = client.claim(ClaimRequest(COLD.template, size=COLD.size)).id
             cold.append(time.perf_counter_ns() - start)
             start = time.perf_counter_ns()
             client.release(sandbox_id)
@@ -155,7 +165,7 @@ def _bench(agent: Agent, runtime: _TimedRuntime) -> Iterator[Row]:
     yield _idle_memory(agent)
 
     agent.set_pools({})  # drain: the next refill starts from empty
-    assert not agent.info()["pools"], agent.info()
+    assert not agent.info().pools, agent.info()
     agent.set_pools({WARM: REFILL_TARGET})
     runtime.starts_ns.clear()
     gc.collect()
@@ -231,6 +241,81 @@ def _idle_memory(agent: Agent) -> Row:
         runs=len(records),
     )
     return with_target(row, p50_rss <= RSS_TARGET_MB, f"RSS <= {RSS_TARGET_MB:g} MB")
+
+
+# --- the home limit, before and after ------------------------------------------------------
+
+
+class _HostHomeRuntime(BubblewrapRuntime):
+    """The runtime as it was before the home limit: /home/user bound from a host
+    directory, unbounded (for the side-by-side figures only)."""
+
+    def _home_mounts(self, spec: SandboxSpec) -> list[str]:
+        return ["--tmpfs", "/home", "--bind", str(spec.home), "/home/user"]
+
+    def start(self, spec: SandboxSpec) -> Identity:
+        make_home(spec)
+        return super().start(spec)
+
+
+def _home_limit() -> Iterator[Row]:
+    """Warm claim, release and cold claim p50, in-process, for an agent whose homes are
+    bounded tmpfs (now) and one whose homes are host directories (before), measured in
+    alternating rounds so both see the same machine."""
+    variants = {"home limit": BubblewrapRuntime(), "host-dir home": _HostHomeRuntime()}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"warm": [], "release": [], "cold": []} for name in variants
+    }
+    with contextlib.ExitStack() as stack:
+        agents = {}
+        for offset, (name, runtime) in enumerate(variants.items()):
+            state = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-home-", dir="/tmp"))
+            state.chmod(0o711)
+            stack.callback(shutil.rmtree, state, ignore_errors=True)
+            settings = AgentSettings(
+                node="bench",
+                advertise_addr="127.0.0.1:0",
+                state_dir=state,
+                max_sandboxes=HOME_AGENT_MAX,
+                pools={WARM: BATCH},
+                uid_base=UID_BASE + offset * UID_BLOCK // 2,
+            )
+            agents[name] = Agent(settings, runtime)
+            stack.callback(agents[name].stop, destroy=True)
+        for round_ in range(HOME_ROUNDS):
+            order = list(agents.items())
+            for name, agent in order[::-1] if round_ % 2 else order:  # neither always first
+                claims, releases, _ = _warm_claims(
+                    agent, 1, claim=lambda a=agent: a.claim(ClaimRequest(WARM.template)).id,
+                    release=agent.release,
+                )  # fmt: skip
+                samples[name]["warm"] += claims.samples_ns
+                samples[name]["release"] += releases.samples_ns
+                for _ in range(HOME_COLD_CLAIMS):
+                    start = time.perf_counter_ns()
+                    sandbox_id = agent.claim(ClaimRequest(COLD.template, size=COLD.size)).id
+                    samples[name]["cold"].append(time.perf_counter_ns() - start)
+                    agent.release(sandbox_id)
+    now, before = (
+        {kind: _timing(values) for kind, values in samples[name].items()} for name in variants
+    )
+    for kind, label in (("warm", "warm claim"), ("release", "release"), ("cold", "cold claim")):
+        yield _row(f"{label} (in-process, home limit)", **now[kind].figures("ms"))
+        yield _row(f"{label} (in-process, host-dir home)", **before[kind].figures("ms"))
+    warm = now["warm"].p50_ns / before["warm"].p50_ns
+    yield with_target(
+        _row("warm claim home limit/host-dir", ratio=round(warm, 2)), warm <= 1.1, "<= 1.10"
+    )
+    release = now["release"].p50_ns / before["release"].p50_ns
+    yield with_target(
+        _row("release home limit/host-dir", ratio=round(release, 2)), release <= 1.0, "<= 1.00"
+    )
+    cost = (now["cold"].p50_ns - before["cold"].p50_ns) / 1e6
+    yield _row(
+        "cold claim home limit/host-dir",
+        ratio=round(now["cold"].p50_ns / before["cold"].p50_ns, 2),
+        cost_ms=round(cost, 2),
+    )
 
 
 # --- helpers ------------------------------------------------------------------------------

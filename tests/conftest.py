@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
+from sandboxctl.sandboxd.templates.store import STORE_ENV
 
 _uid_blocks = itertools.count()
 
@@ -26,6 +27,20 @@ def runtime_root() -> Iterator[Path]:
     path.chmod(0o711)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(RUNTIME_ROOT_ENV, str(path))
+        yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def template_store() -> Iterator[Path]:
+    """The template store of every fleet and agent this session starts (serve,
+    serve-sandboxd and ``template`` read SANDBOXCTL_TEMPLATE_STORE): a traversable
+    temporary directory, never the host's /var/lib/sandboxctl/templates. Empty until a
+    test seeds it from the machine's template cache (tests/templates/cache.py)."""
+    path = Path(tempfile.mkdtemp(prefix="sandboxctl-templates-", dir="/tmp"))
+    path.chmod(0o711)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(STORE_ENV, str(path))
         yield path
     shutil.rmtree(path, ignore_errors=True)
 

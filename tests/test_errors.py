@@ -23,6 +23,8 @@ from sandboxctl.core.errors import (
 )
 from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.selectors import UnsupportedFieldError
+from sandboxctl.guard.karpenter import AuditReadError
+from sandboxctl.guard.service import GuardStartError, UnboundedRefusal
 from sandboxctl.inventory.mesh import MeshStartError
 from sandboxctl.sandboxd import errors as agent
 from sandboxctl.sandboxd.api import status_of as agent_status
@@ -69,6 +71,9 @@ EXAMPLES: list[tuple[SandboxctlError, int | None, int]] = [
     (NodeRefused(409, "paused"), None, 409),
     (NodeUnavailable("timed out"), None, 502),
     (ClaimRoutingOff("no fleet token"), None, 503),
+    (GuardStartError("no first read of pods"), None, 503),  # guard-workers: CLI only
+    (UnboundedRefusal("refusing to stamp"), None, 503),
+    (AuditReadError("may not list nodepools"), None, 503),
 ]
 ABSTRACT = {SandboxctlError, StoreError, agent.AgentRefusal}  # roots, never raised as such
 

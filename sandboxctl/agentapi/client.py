@@ -30,8 +30,12 @@ from sandboxctl.agentapi.models import (
     RenewAnswer,
     RenewRequest,
     SandboxList,
+    SandboxLog,
     SandboxRow,
+    UsageSample,
+    UsageSamples,
 )
+from sandboxctl.agentapi.network import NetworkUpdate
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 10.0
@@ -87,6 +91,26 @@ class AgentClient:
     def metrics(self) -> str:
         return self._send("GET", "/metrics").text
 
+    def usage(
+        self,
+        sandbox_id: str,
+        start: float | None = None,
+        end: float | None = None,
+        latest: bool = False,
+    ) -> list[UsageSample]:
+        """A claimed sandbox's usage samples between ``start`` and ``end`` (unix seconds,
+        either end open), oldest first; with ``latest`` only the newest of them."""
+        given = (("start", start), ("end", end), ("latest", "true" if latest else None))
+        params = {k: v for k, v in given if v is not None}
+        path = self._path(sandbox_id, "metrics")
+        answer = self._json("GET", path, "metrics", params=params or None)
+        return list(self._read(UsageSamples.from_json, answer).samples)
+
+    def log(self, sandbox_id: str) -> SandboxLog:
+        """A sandbox's log, also after it was destroyed while the agent keeps it."""
+        answer = self._json("GET", self._path(sandbox_id, "logs"), "logs")
+        return self._read(SandboxLog.from_json, answer)
+
     # --- verbs ---------------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest) -> ClaimGrant:
@@ -107,6 +131,10 @@ class AgentClient:
 
     def wake(self, sandbox_id: str) -> None:
         self._send("POST", self._path(sandbox_id, "wake"))
+
+    def set_network(self, sandbox_id: str, update: NetworkUpdate) -> None:
+        """Replace a claimed sandbox's egress rules (``PUT .../network``)."""
+        self._send("PUT", self._path(sandbox_id, "network"), json=update.to_json())
 
     def set_pools(self, pools: Sequence[PoolTarget]) -> AgentInfo:
         """Replace every warm target; the answer is the agent's info after the change."""

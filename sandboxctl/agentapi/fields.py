@@ -96,6 +96,17 @@ def count(value: object, path: str) -> int:
     return value
 
 
+def required_number(value: object, path: str) -> float:
+    """A non-negative number, integer or not (``true`` is not a number)."""
+    if value is None:
+        raise AgentAnswerError(path, "required")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AgentAnswerError(path, f"expected a number, got {kind(value)}")
+    if value < 0:
+        raise AgentAnswerError(path, f"must not be negative, got {value}")
+    return float(value)
+
+
 def string_map(value: object, path: str) -> dict[str, str]:
     """An object of string values (metadata, env). A message never repeats a value: env
     values may be secrets."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sandboxctl.agentapi.errors import AgentAnswerError
+from sandboxctl.agentapi.fields import time_json
 from sandboxctl.agentapi.models import AgentInfo, SandboxRow
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import Entry, NodeInventory, Pool
@@ -70,6 +72,33 @@ def inventory_from_agent(
         node=info.node,
         address=info.advertise_addr,
         pools=pools_from_info(info),
+        templates=templates_from_info(info),
         entries=tuple(entries),
         published_at=published_at,
+        capacity=info.capacity or None,
     )
+
+
+def templates_from_info(info: AgentInfo) -> tuple[dict[str, Any], ...]:
+    """One inventory entry per served template: ``{"template": NAME}``, with the build
+    of one built from Debian packages (``digest``, ``createdAt``, ``sizeBytes``,
+    ``buildSeconds``, ``suite``, ``packages``, ``run``, ``startCmd``, ``readyCmd``)."""
+    builds = {build.template: build for build in info.template_builds}
+    entries: list[dict[str, Any]] = []
+    for name in info.templates:
+        build = builds.get(name)
+        entry: dict[str, Any] = {"template": name}
+        if build is not None:
+            entry.update(
+                digest=build.digest,
+                createdAt=time_json(build.created_at),
+                sizeBytes=build.size_bytes,
+                buildSeconds=build.build_seconds,
+                suite=build.suite,
+                packages=list(build.packages),
+                run=list(build.run),
+                startCmd=build.start_cmd,
+                readyCmd=build.ready_cmd,
+            )
+        entries.append(entry)
+    return tuple(entries)

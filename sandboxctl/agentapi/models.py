@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sandboxctl.agentapi.errors import AgentAnswerError
 from sandboxctl.agentapi.fields import (
     at,
     nullable_str,
@@ -32,15 +33,19 @@ from sandboxctl.agentapi.fields import (
     refuse_unknown,
     required_int,
     required_list,
+    required_number,
     required_str,
     string_map,
     time_json,
 )
+from sandboxctl.agentapi.network import policy_from_json, policy_json
 from sandboxctl.core.model import DEFAULT_NET, DEFAULT_SIZE, PoolKey
+from sandboxctl.core.netpolicy import NetworkPolicy
 
 DESTROY = "destroy"
 CLAIM_FIELDS = frozenset(
     {"template", "net", "size", "ttl_seconds", "claim_ref", "metadata", "on_expire", "env"}
+    | {"network"}
     | {"no_redirect"}  # accepted from upstream clients and ignored: this agent never redirects
 )
 
@@ -76,10 +81,65 @@ class PoolStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateBuild:
+    """A served template built from Debian packages (a template store's): its build's
+    digest, when it was built, its size on disk, its spec and its start/ready commands."""
+
+    template: str
+    digest: str
+    created_at: datetime
+    size_bytes: int
+    suite: str = ""
+    packages: tuple[str, ...] = ()
+    run: tuple[str, ...] = ()
+    build_seconds: float = 0.0
+    start_cmd: str = ""
+    ready_cmd: str = ""
+
+    @classmethod
+    def from_json(cls, value: object, path: str = "template") -> TemplateBuild:
+        body = read_object(value, path)
+        created = optional_time(body.get("created_at"), f"{path}.created_at")
+        if created is None:
+            raise AgentAnswerError(f"{path}.created_at", "required")
+        return cls(
+            template=required_str(body.get("template"), f"{path}.template"),
+            digest=required_str(body.get("digest"), f"{path}.digest"),
+            created_at=created,
+            size_bytes=required_int(body.get("size_bytes"), f"{path}.size_bytes"),
+            suite=optional_str(body.get("suite"), f"{path}.suite"),
+            packages=_strings(body.get("packages"), f"{path}.packages"),
+            run=_strings(body.get("run"), f"{path}.run"),
+            build_seconds=required_number(body.get("build_seconds", 0), f"{path}.build_seconds"),
+            start_cmd=optional_str(body.get("start_cmd"), f"{path}.start_cmd"),
+            ready_cmd=optional_str(body.get("ready_cmd"), f"{path}.ready_cmd"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "digest": self.digest,
+            "created_at": time_json(self.created_at),
+            "size_bytes": self.size_bytes,
+            "suite": self.suite,
+            "packages": list(self.packages),
+            "run": list(self.run),
+            "build_seconds": self.build_seconds,
+            "start_cmd": self.start_cmd,
+            "ready_cmd": self.ready_cmd,
+        }
+
+
+def _strings(value: object, path: str) -> tuple[str, ...]:
+    return tuple(required_str(v, f"{path}[{i}]") for i, v in enumerate(optional_list(value, path)))
+
+
+@dataclass(frozen=True, slots=True)
 class AgentInfo:
     """What one agent reports about itself. ``advertise_addr`` is where the rest of the
     fleet reaches it; ``limits`` says how size limits are enforced (``cgroup-v1``,
-    ``rlimit``)."""
+    ``rlimit``); ``templates`` names every template it serves (claims of them start
+    cold when no warm sandbox is left)."""
 
     node: str
     advertise_addr: str = ""
@@ -90,6 +150,9 @@ class AgentInfo:
     at_capacity: bool = False
     runtime: str = ""
     limits: str = ""
+    templates: tuple[str, ...] = ()
+    # The served templates built from Debian packages (a subset of ``templates``).
+    template_builds: tuple[TemplateBuild, ...] = ()
 
     @classmethod
     def from_json(cls, value: object, path: str = "info") -> AgentInfo:
@@ -107,6 +170,16 @@ class AgentInfo:
             at_capacity=optional_bool(body.get("at_capacity"), f"{path}.at_capacity"),
             runtime=optional_str(body.get("runtime"), f"{path}.runtime"),
             limits=optional_str(body.get("limits"), f"{path}.limits"),
+            templates=tuple(
+                required_str(name, f"{path}.templates[{i}]")
+                for i, name in enumerate(optional_list(body.get("templates"), f"{path}.templates"))
+            ),
+            template_builds=tuple(
+                TemplateBuild.from_json(build, f"{path}.template_builds[{i}]")
+                for i, build in enumerate(
+                    optional_list(body.get("template_builds"), f"{path}.template_builds")
+                )
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -120,6 +193,8 @@ class AgentInfo:
             "at_capacity": self.at_capacity,
             "runtime": self.runtime,
             "limits": self.limits,
+            "templates": list(self.templates),
+            "template_builds": [build.to_json() for build in self.template_builds],
         }
 
 
@@ -143,6 +218,9 @@ class SandboxRow:
     mem_total_bytes: int | None = None
     token: str | None = None
     archived: bool = False
+    # The sandbox's network policy and address; None from an agent without networks.
+    network: NetworkPolicy | None = None
+    address: str = ""
 
     @classmethod
     def from_json(cls, value: object, path: str = "") -> SandboxRow:
@@ -159,6 +237,10 @@ class SandboxRow:
             mem_total_bytes=optional_int(body.get("mem_total_bytes"), at(path, "mem_total_bytes")),
             token=nullable_str(body.get("token"), at(path, "token")),
             archived=optional_bool(body.get("archived"), at(path, "archived")),
+            network=None
+            if body.get("network") is None
+            else policy_from_json(body["network"], at(path, "network"), strict=False),
+            address=optional_str(body.get("address"), at(path, "address")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -177,6 +259,9 @@ class SandboxRow:
             body["token"] = self.token
         if self.archived:
             body["archived"] = True
+        if self.network is not None:
+            body["network"] = policy_json(self.network)
+            body["address"] = self.address
         return body
 
 
@@ -216,6 +301,8 @@ class ClaimRequest:
     metadata: Mapping[str, str] = field(default_factory=dict)
     on_expire: str = DESTROY
     env: Mapping[str, str] = field(default_factory=dict)
+    # None: what ``net`` says (egress: internet, none: no egress), no other rules.
+    network: NetworkPolicy | None = None
 
     @property
     def key(self) -> PoolKey:
@@ -235,6 +322,9 @@ class ClaimRequest:
             metadata=string_map(body.get("metadata"), at(path, "metadata")),
             on_expire=optional_str(body.get("on_expire"), at(path, "on_expire")) or DESTROY,
             env=string_map(body.get("env"), at(path, "env")),
+            network=None
+            if body.get("network") is None
+            else policy_from_json(body["network"], at(path, "network")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -249,6 +339,8 @@ class ClaimRequest:
         }
         if self.env:  # only when given: an agent from before claim env refuses the field
             body["env"] = dict(self.env)
+        if self.network is not None:  # likewise for an agent from before networks
+            body["network"] = policy_json(self.network)
         return body
 
 
@@ -368,3 +460,119 @@ class PoolsUpdate:
 
     def to_json(self) -> dict[str, Any]:
         return {"pools": [pool.to_json() for pool in self.pools]}
+
+
+# --- GET /v1/sandboxes/{id}/metrics -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSample:
+    """One usage reading of a sandbox: at ``timestamp`` (unix seconds), CPU use over the
+    interval before it in percent of its ``cpu_count`` CPUs, memory and disk in bytes."""
+
+    timestamp: float
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+
+    @classmethod
+    def from_json(cls, value: object, path: str = "sample") -> UsageSample:
+        body = read_object(value, path)
+        return cls(
+            timestamp=required_number(body.get("timestamp"), at(path, "timestamp")),
+            cpu_count=required_int(body.get("cpu_count"), at(path, "cpu_count")),
+            cpu_used_pct=required_number(body.get("cpu_used_pct"), at(path, "cpu_used_pct")),
+            mem_used=required_int(body.get("mem_used"), at(path, "mem_used")),
+            mem_total=required_int(body.get("mem_total"), at(path, "mem_total")),
+            mem_cache=required_int(body.get("mem_cache"), at(path, "mem_cache")),
+            disk_used=required_int(body.get("disk_used"), at(path, "disk_used")),
+            disk_total=required_int(body.get("disk_total"), at(path, "disk_total")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "cpu_count": self.cpu_count,
+            "cpu_used_pct": self.cpu_used_pct,
+            "mem_used": self.mem_used,
+            "mem_total": self.mem_total,
+            "mem_cache": self.mem_cache,
+            "disk_used": self.disk_used,
+            "disk_total": self.disk_total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSamples:
+    """The answer to ``GET /v1/sandboxes/{id}/metrics``: ``{"samples": [...]}``, oldest
+    first."""
+
+    samples: tuple[UsageSample, ...] = ()
+
+    @classmethod
+    def from_json(cls, value: object, path: str = "") -> UsageSamples:
+        body = read_object(value, path)
+        where = at(path, "samples")
+        rows = required_list(body.get("samples"), where)
+        return cls(tuple(UsageSample.from_json(r, f"{where}[{i}]") for i, r in enumerate(rows)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples": [sample.to_json() for sample in self.samples]}
+
+
+# --- GET /v1/sandboxes/{id}/logs --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """One event of a sandbox's log: ``level`` is debug, info, warn or error."""
+
+    timestamp: float
+    level: str
+    message: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: object, path: str = "event") -> LogEvent:
+        body = read_object(value, path)
+        return cls(
+            timestamp=required_number(body.get("timestamp"), at(path, "timestamp")),
+            level=required_str(body.get("level"), at(path, "level")),
+            message=optional_str(body.get("message"), at(path, "message")),
+            fields=string_map(body.get("fields"), at(path, "fields")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "level": self.level,
+            "message": self.message,
+            "fields": dict(self.fields),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLog:
+    """The answer to ``GET /v1/sandboxes/{id}/logs``: whose sandbox it is (``claim_ref``)
+    and its events, oldest first. Answered for a destroyed sandbox too, while the agent
+    keeps its log."""
+
+    claim_ref: str
+    events: tuple[LogEvent, ...] = ()
+
+    @classmethod
+    def from_json(cls, value: object, path: str = "") -> SandboxLog:
+        body = read_object(value, path)
+        where = at(path, "events")
+        rows = required_list(body.get("events"), where)
+        return cls(
+            claim_ref=optional_str(body.get("claim_ref"), at(path, "claim_ref")),
+            events=tuple(LogEvent.from_json(r, f"{where}[{i}]") for i, r in enumerate(rows)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"claim_ref": self.claim_ref, "events": [event.to_json() for event in self.events]}

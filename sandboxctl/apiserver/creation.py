@@ -10,17 +10,22 @@ The claim is read from the submitted object:
   the pool-key rule the warm-pool driver and e2b share; the template annotation is not
   read, so there is one way to say it;
 * net: the ``sandbox.cocoonstack.io/net`` annotation on the object, else on the pod
-  template, else ``none``;
+  template, else ``none``; any other value than ``none`` or ``egress`` is 422;
 * size: the first container's requests (else its limits): above 4 CPU or 8Gi is
   ``large``, above 1 CPU or 2Gi ``medium``, else ``small``;
 * ttl: ``spec.shutdownTime`` when set (rounded up to whole seconds; a time not in the
   future is refused), else the ``sandbox.cocoonstack.io/ttl-seconds`` annotation, else the
   node's default.
+
+Names, namespaces, labels and annotations are checked as Kubernetes checks them (a
+namespace is an RFC 1123 label, annotations hold at most 256 KiB), and each failure is a
+422 ``Invalid`` whose ``details.causes`` name the field.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 import secrets
@@ -32,7 +37,7 @@ from typing import Any, Final
 from sandboxctl.apiserver.discovery import GROUP, PLURAL
 from sandboxctl.apiserver.status import ApiError
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.model import PoolKey
+from sandboxctl.core.model import NETS, PoolKey
 from sandboxctl.core.sandboxes import (
     ANNOTATION_CLAIM_ID,
     ANNOTATION_DEADLINE,
@@ -56,6 +61,12 @@ MEDIUM_CPU, MEDIUM_MEMORY = Decimal(1), Decimal(2 * 2**30)
 
 _NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _NAME_MAX: Final = 253
+_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_MAX: Final = 63
+_QUALIFIED: Final = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+ANNOTATIONS_MAX_BYTES: Final = 256 * 1024  # all keys and values together, as Kubernetes
+_SHOWN: Final = 64  # characters of a bad value quoted back
 _SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # what the API server draws from
 _QUANTITY: Final = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
@@ -83,6 +94,7 @@ def create_request(namespace: str, body: Any, now: datetime) -> CreateRequest:
         if body.get(field) not in (None, "", expected):
             raise ApiError(400, f"{field} {body[field]!r} is not {expected!r}")
     metadata = _mapping(body, "metadata")
+    check_namespace(namespace)
     if metadata.get("namespace") not in (None, "", namespace):
         raise ApiError(
             400,
@@ -93,17 +105,33 @@ def create_request(namespace: str, body: Any, now: datetime) -> CreateRequest:
     pod = _mapping(spec, "podTemplate", "spec.")
     containers = _mapping(pod, "spec", "spec.podTemplate.").get("containers") or []
     if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
-        raise _invalid("spec.podTemplate.spec.containers", "Required value: one container")
+        raise _invalid(
+            "spec.podTemplate.spec.containers",
+            "Required value: one container",
+            "FieldValueRequired",
+        )
     first = containers[0]
     image = first.get("image")
     if not isinstance(image, str) or not image:
         raise _invalid(
             "spec.podTemplate.spec.containers[0].image",
             "Required value: the template to claim from",
+            "FieldValueRequired",
         )
     annotations = _annotations(metadata, "metadata")
-    pod_annotations = _annotations(_mapping(pod, "metadata", "spec.podTemplate."), "pod")
+    pod_metadata = _mapping(pod, "metadata", "spec.podTemplate.")
+    pod_annotations = _annotations(pod_metadata, "spec.podTemplate.metadata")
+    _labels(metadata, "metadata")
+    _labels(pod_metadata, "spec.podTemplate.metadata")
     net = annotations.get(ANNOTATION_NET) or pod_annotations.get(ANNOTATION_NET)
+    if net and net not in NETS:
+        where = "metadata" if annotations.get(ANNOTATION_NET) else "spec.podTemplate.metadata"
+        raise _invalid(
+            f"{where}.annotations[{ANNOTATION_NET}]",
+            f"Unsupported value: {_shown(net)}: supported values: "
+            + ", ".join(f'"{n}"' for n in NETS),
+            "FieldValueNotSupported",
+        )
     key = PoolKey.of(image, net, pool_size(first))
     return CreateRequest(namespace, _name(metadata), key, _ttl(spec, annotations, now))
 
@@ -185,21 +213,45 @@ def created_object(
     return obj
 
 
+def check_namespace(namespace: str) -> None:
+    """422 unless ``namespace`` is an RFC 1123 label, as Kubernetes names namespaces."""
+    if len(namespace) > _LABEL_MAX or not _LABEL.fullmatch(namespace):
+        raise _invalid(
+            "metadata.namespace",
+            f"Invalid value: {_shown(namespace)}: a lowercase RFC 1123 label of at most "
+            f"{_LABEL_MAX} characters must consist of lower case alphanumeric characters or "
+            "'-', and must start and end with an alphanumeric character",
+        )
+
+
+def unknown_template(image: str) -> ApiError:
+    """The 422 for a template no fresh node serves."""
+    return _invalid(
+        "spec.podTemplate.spec.containers[0].image",
+        f"Not found: {_shown(image)}: no node serves this template",
+        "FieldValueNotFound",
+    )
+
+
 def _name(metadata: dict[str, Any]) -> str:
     name = metadata.get("name")
     if not name:
         prefix = metadata.get("generateName")
         if not prefix:
-            raise _invalid("metadata.name", "Required value: name or generateName is required")
+            raise _invalid(
+                "metadata.name",
+                "Required value: name or generateName is required",
+                "FieldValueRequired",
+            )
         if not isinstance(prefix, str):
             raise _invalid("metadata.generateName", "must be a string")
         name = prefix + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
     if not isinstance(name, str) or len(name) > _NAME_MAX or not _NAME.fullmatch(name):
         raise _invalid(
             "metadata.name",
-            f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain must consist of lower "
-            "case alphanumeric characters, '-' or '.', and must start and end with an "
-            "alphanumeric character",
+            f"Invalid value: {_shown(name)}: a lowercase RFC 1123 subdomain of at most "
+            f"{_NAME_MAX} characters must consist of lower case alphanumeric characters, '-' "
+            "or '.', and must start and end with an alphanumeric character",
         )
     return name
 
@@ -241,8 +293,55 @@ def _annotations(metadata: dict[str, Any], where: str) -> dict[str, str]:
     if not isinstance(annotations, dict) or not all(
         isinstance(v, str) for v in annotations.values()
     ):
-        raise ApiError(400, f"{where} annotations must map strings to strings")
+        raise ApiError(400, f"{where}.annotations must map strings to strings")
+    for key in annotations:
+        _qualified_key(key, f"{where}.annotations")
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise _invalid(
+            f"{where}.annotations",
+            f"Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes",
+            "FieldValueTooLong",
+        )
     return annotations
+
+
+def _labels(metadata: dict[str, Any], where: str) -> None:
+    labels = metadata.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ApiError(400, f"{where}.labels must map strings to strings")
+    for key, value in labels.items():
+        _qualified_key(key, f"{where}.labels")
+        if len(value) > _LABEL_MAX or not _LABEL_VALUE.fullmatch(value):
+            raise _invalid(
+                f"{where}.labels",
+                f"Invalid value: {_shown(value)}: a label value has at most {_LABEL_MAX} "
+                "characters, alphanumeric, '-', '_' or '.', starting and ending alphanumeric",
+            )
+
+
+def _qualified_key(key: str, where: str) -> None:
+    """A label or annotation key: an optional DNS-subdomain prefix and '/', then a name
+    of at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    good = (
+        0 < len(name) <= _LABEL_MAX
+        and bool(_QUALIFIED.fullmatch(name))
+        and (not slash or (0 < len(prefix) <= _NAME_MAX and bool(_NAME.fullmatch(prefix))))
+    )
+    if not good:
+        raise _invalid(
+            where,
+            f"Invalid value: {_shown(key)}: a key is a name of at most {_LABEL_MAX} "
+            "alphanumeric characters, '-', '_' or '.', optionally after a DNS subdomain "
+            "prefix and '/'",
+        )
+
+
+def _shown(value: str) -> str:
+    """A value as a message quotes it: at most a few dozen characters."""
+    text = value if len(value) <= _SHOWN else value[:_SHOWN] + "..."
+    return json.dumps(text)
 
 
 def _quantity(value: object, resource: str) -> Decimal:
@@ -256,9 +355,10 @@ def _quantity(value: object, resource: str) -> Decimal:
         raise _invalid(f"resources {resource}", str(error)) from None
 
 
-def _invalid(field: str, problem: str) -> ApiError:
+def _invalid(field: str, problem: str, reason: str = "FieldValueInvalid") -> ApiError:
+    cause = {"reason": reason, "message": problem, "field": field}
     return ApiError(
         422,
         f"Sandbox is invalid: {field}: {problem}",
-        details={"kind": PLURAL, "group": GROUP},
+        details={"kind": PLURAL, "group": GROUP, "causes": [cause]},
     )

@@ -18,6 +18,9 @@ What differs from a real API server, on purpose:
   once; another replica's, at the node's next publish).
 * Delete answers 200 with the last object once the owning node released the claim.
 * ``dryRun`` is refused with 400; update and patch are not served (405).
+
+Every request but the health checks needs a bearer token (``auth.py``); bodies over
+3 MiB are refused with 413 before they are read.
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from sandboxctl.apiserver import discovery, tables
-from sandboxctl.apiserver.creation import create_request, created_object
+from sandboxctl.apiserver.auth import Authenticated, KubeTokens
+from sandboxctl.apiserver.creation import create_request, created_object, unknown_template
 from sandboxctl.apiserver.discovery import GROUP, LIST_KIND, PLURAL, RESOURCE, VERSION
 from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error, status_body
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.sandboxes import API_VERSION
 from sandboxctl.core.watching import BOOKMARK, WatchEvent
+from sandboxctl.serving import BodyCap
 from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.errors import Expired
 from sandboxctl.store.watch import Watch
@@ -60,16 +65,19 @@ MATCHES: Final = frozenset({"", "NotOlderThan", "Exact"})
 JSON: Final = "application/json"
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+MAX_BODY_BYTES: Final = 3 << 20  # a Kubernetes API server's default cap
+MAX_BODY_DEPTH: Final = 64  # nesting of a body's arrays and objects; deeper is 400
 
 
 def create_kube_app(
     store: SandboxStore,
+    tokens: KubeTokens | None,
     watch_interval: float = 1.0,
     stopping: Callable[[], bool] = lambda: False,
     bookmark_interval: float = BOOKMARK_SECONDS,
 ) -> FastAPI:
-    """The API app over ``store``. A watch wakes at once for this server's own writes and
-    every ``watch_interval`` s for the inventories' changes.
+    """The API app over ``store``, for the holders of ``tokens``. A watch wakes at once for
+    this server's own writes and every ``watch_interval`` s for the inventories' changes.
 
     Open watches end (cleanly, as at their timeout) once ``stopping()`` is true: uvicorn's
     graceful shutdown waits for every open response, and a watch may run for half an hour.
@@ -78,6 +86,14 @@ def create_kube_app(
         raise ValueError("watch_interval must be positive")
     app = FastAPI(title="sandboxctl apiserver", docs_url=None, redoc_url=None, openapi_url=None)
     watching = _Watching(watch_interval, bookmark_interval, stopping)
+
+    # --- health (no token needed) -------------------------------------------------------
+
+    @app.get("/healthz")
+    @app.get("/livez")
+    @app.get("/readyz")
+    def health() -> Response:
+        return Response("ok", media_type="text/plain")
 
     # --- discovery ---------------------------------------------------------------------
 
@@ -146,6 +162,8 @@ def create_kube_app(
         body = await _body(request)
         now = store.now()
         wanted = create_request(namespace, body, now)
+        if not await _call(store.has_template, wanted.key.template):
+            raise unknown_template(wanted.key.template)
         granted = await _call(
             store.claim,
             wanted.namespace,
@@ -174,7 +192,15 @@ def create_kube_app(
         return _json(obj)
 
     _install_error_handlers(app)
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
+    if tokens is not None:  # None: authenticated outside it (delegated, behind aggregation)
+        app.add_middleware(Authenticated, tokens=tokens)  # outermost: before any body is read
     return app
+
+
+def _too_large(limit: int) -> bytes:
+    body = status_body(413, f"the request body is over {limit} bytes")
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 # --- list and watch ----------------------------------------------------------------------
@@ -357,9 +383,39 @@ async def _body(request: Request, required: bool = True) -> Any:
     if content_type not in (JSON, "*/*", ""):
         raise ApiError(415, f"unsupported media type {content_type!r}: send {JSON}")
     try:
-        return json.loads(raw)
+        body = json.loads(raw, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as error:
         raise ApiError(400, f"the request body is not JSON: {error}") from None
+    except RecursionError:
+        raise _too_deep() from None
+    if _deeper_than(body, MAX_BODY_DEPTH):  # copying or answering it would recurse too far
+        raise _too_deep()
+    return body
+
+
+def _not_json(constant: str) -> None:
+    """NaN and Infinity: Python's reader takes them, JSON and every answer do not."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _too_deep() -> ApiError:
+    return ApiError(400, f"the request body nests deeper than {MAX_BODY_DEPTH} levels")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` in ``value`` (no recursion)."""
+    if not isinstance(value, dict | list):
+        return False
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
 
 
 def _refuse_dry_run(values: object) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from sandboxctl.apiserver.auth import first_token, load_kube_tokens
 from sandboxctl.apiserver.e2b import (
     DEFAULT_ALIASES,
     DEFAULT_ENVD_VERSION,
@@ -21,31 +22,59 @@ from sandboxctl.apiserver.e2b import (
 from sandboxctl.apiserver.kube import create_kube_app
 from sandboxctl.apiserver.kubeconfig import server_url, write_kubeconfig
 from sandboxctl.cli.addresses import parse_listen
+from sandboxctl.cli.aggregation import (
+    CACHE_TTL,
+    FRONT_PROXY,
+    AuthorizationCacheTtl,
+    RequestHeaderAllowedNames,
+    RequestHeaderCaFile,
+    aggregation,
+)
 from sandboxctl.cli.options import (
+    KubeTokenFile,
     PublishInterval,
     Reference,
     StaleAfter,
+    TlsCertFile,
+    TlsKeyFile,
     freshness_rule,
     service_logging,
 )
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
     InventoryPoll,
+    Kubeconfig,
+    KubeSource,
     SandboxdTokenFile,
     Seeds,
     Source,
-    mesh_source,
+    fleet_source,
+)
+from sandboxctl.cli.warmpools import (
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    SYNC_INTERVAL,
+    LeaderElectionNamespace,
+    LeaseDuration,
+    RenewDeadline,
+    RetryPeriod,
+    WarmPoolDriverFlag,
+    WarmPoolSyncInterval,
+    check_warm_pool_driver,
+    start_warm_pool_driver,
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
 from sandboxctl.secretfiles import read_secret
-from sandboxctl.serving import bind, run_servers
+from sandboxctl.serving import bind, run_servers, tls_files
 
 
 def serve_apiserver(
     source: Source = "mesh",
     seeds: Seeds = "",
     token_file: SandboxdTokenFile = None,
+    kubeconfig: Kubeconfig = None,
     inventory_poll: InventoryPoll = DEFAULT_POLL_INTERVAL,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
@@ -58,9 +87,13 @@ def serve_apiserver(
         typer.Option(
             "--kubeconfig-out",
             metavar="FILE",
-            help="Write a kubeconfig for this server here (mode 0600), for kubectl --kubeconfig.",
+            help="Write a kubeconfig for this server here (mode 0600), for kubectl --kubeconfig: "
+            "it holds the first token of --kube-token-file.",
         ),
     ] = None,
+    kube_token_file: KubeTokenFile = None,
+    tls_cert_file: TlsCertFile = None,
+    tls_key_file: TlsKeyFile = None,
     e2b_listen: Annotated[
         str,
         typer.Option(
@@ -128,6 +161,15 @@ def serve_apiserver(
             "(default: base and code-interpreter-v1 -> base small).",
         ),
     ] = None,
+    warm_pool_driver: WarmPoolDriverFlag = None,
+    warm_pool_sync_interval: WarmPoolSyncInterval = SYNC_INTERVAL,
+    leader_election_namespace: LeaderElectionNamespace = "",
+    leader_election_lease_duration: LeaseDuration = LEASE_DURATION,
+    leader_election_renew_deadline: RenewDeadline = RENEW_DEADLINE,
+    leader_election_retry_period: RetryPeriod = RETRY_PERIOD,
+    requestheader_client_ca_file: RequestHeaderCaFile = None,
+    requestheader_allowed_names: RequestHeaderAllowedNames = FRONT_PROXY,
+    authorization_cache_ttl: AuthorizationCacheTtl = CACHE_TTL,
 ) -> None:
     """Serve sandboxes.agents.x-k8s.io/v1beta1 (list, get, watch, create, delete) for kubectl,
     and the e2b API when configured."""
@@ -145,28 +187,67 @@ def serve_apiserver(
         e2b_alias_file,
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
-    mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
+    mesh = fleet_source(
+        source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
+    )
+    check_warm_pool_driver(mesh, warm_pool_driver, warm_pool_sync_interval)
+    tls = tls_files(tls_cert_file, tls_key_file)
+    delegated = aggregation(
+        requestheader_client_ca_file, requestheader_allowed_names, authorization_cache_ttl,
+        tls, mesh,
+    )  # fmt: skip
+    if kube_token_file is None and delegated is None:
+        raise ConfigurationError(
+            "serve-apiserver needs --kube-token-file: the Sandbox API serves only the "
+            "holders of a token (one per line: 'token namespace...', '*' for every namespace)"
+        )
+    if kubeconfig_out is not None and kube_token_file is None:
+        raise ConfigurationError("--kubeconfig-out needs --kube-token-file (its first token)")
+    tokens = load_kube_tokens(kube_token_file) if kube_token_file is not None else None
+    if delegated is not None and tls is not None:
+        tls = delegated.serving(tls)
     with contextlib.ExitStack() as running:
         sock = running.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
         e2b_sock = running.enter_context(bind(*e2b_address)) if e2b_address else None
         store = running.enter_context(mesh.store(rule))
+        start_warm_pool_driver(
+            running, mesh, store, warm_pool_driver, warm_pool_sync_interval,
+            leader_election_namespace, leader_election_lease_duration,
+            leader_election_renew_deadline, leader_election_retry_period, log,
+        )  # fmt: skip
+        url = server_url(host, port, tls=tls is not None)
         if kubeconfig_out is not None:
-            write_kubeconfig(kubeconfig_out, server_url(host, port))
+            ca = tls.cert_file.read_bytes() if tls is not None else None
+            assert kube_token_file is not None  # checked before anything started
+            write_kubeconfig(kubeconfig_out, url, first_token(kube_token_file), ca)
             log.info("wrote a kubeconfig for kubectl to %s", kubeconfig_out)
+            if tls is None:
+                log.warning(
+                    "kubectl sends a kubeconfig's token over HTTPS only: serve with "
+                    "--tls-cert-file and --tls-private-key-file for kubectl to authenticate"
+                )
         log.info(
-            "serving the Sandbox API on %s over %d agents", server_url(host, port), len(mesh.seeds)
+            "serving the Sandbox API on %s over %s (%d tokens)",
+            url,
+            mesh.description,
+            len(tokens) if tokens is not None else 0,
         )
         # run_server has no shutdown hook, but the first thing uvicorn's shutdown does is
         # close the listening socket: open watches end then, so a stop signal is not held
         # up for as long as a watch may last (kubectl asks for 5 to 10 min).
-        app = create_kube_app(store, stopping=lambda: sock.fileno() == -1)
+        app = create_kube_app(
+            store, None if delegated else tokens, stopping=lambda: sock.fileno() == -1
+        )
+        if delegated is not None and isinstance(mesh, KubeSource):
+            app = delegated.wrap(app, mesh)
+            log.info("aggregated mode: requestheader authentication, SubjectAccessReview")
         listeners = [(app, sock)]
         if e2b_config is not None and e2b_sock is not None:
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
-            log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port))
+            log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
             listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
-        run_servers(listeners)
+        run_servers(listeners, tls=tls)
 
 
 def e2b_settings(

@@ -12,7 +12,17 @@ from typing import Annotated
 import typer
 
 from sandboxctl import __version__
-from sandboxctl.cli import apiserver, inventory, proxy, sandboxd, serve, simulate
+from sandboxctl.cli import (
+    apiserver,
+    guard,
+    inventory,
+    proxy,
+    publish,
+    sandboxd,
+    serve,
+    simulate,
+    template,
+)
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
@@ -51,6 +61,9 @@ app.command("serve-sandboxd")(sandboxd.serve_sandboxd)
 app.command("serve-apiserver")(apiserver.serve_apiserver)
 app.command("serve-proxy")(proxy.serve_proxy)
 app.command("serve")(serve.serve)
+app.command("publish")(publish.publish)
+app.add_typer(template.app)
+app.add_typer(guard.app, name="guard-workers")
 
 
 def main(argv: list[str] | None = None) -> None:

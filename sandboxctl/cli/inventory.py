@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sandboxctl.cli import render
 from sandboxctl.cli.options import (
+    Kubeconfig,
     PublishInterval,
     Reference,
     StaleAfter,
@@ -23,6 +24,7 @@ from sandboxctl.cli.options import (
 )
 from sandboxctl.clock import SystemClock
 from sandboxctl.core.durations import format_duration
+from sandboxctl.core.errors import ConfigurationError, InvalidValueError, InventoryFormatError
 from sandboxctl.core.freshness import (
     DEFAULT_PUBLISH_INTERVAL,
     DEFAULT_STALE_AFTER,
@@ -31,6 +33,7 @@ from sandboxctl.core.freshness import (
     ReferenceMode,
     ReferenceOrigin,
 )
+from sandboxctl.core.model import NodeInventory, inventory_from_object
 from sandboxctl.core.report import NodeRow, count_states, node_rows
 from sandboxctl.core.snapshot import FleetSnapshot, FleetView
 from sandboxctl.core.timestamps import format_rfc3339
@@ -62,15 +65,24 @@ _STATE_STYLE = {
 
 
 def inventory(
-    source: Annotated[
-        str,
+    path: Annotated[
+        str | None,
         typer.Option(
             "--from",
             metavar="PATH",
             help="A NodeInventory YAML or JSON file, a directory of them, or - for stdin "
             "(e.g. kubectl get nodeinventories -o yaml | sandboxctl inventory --from -).",
         ),
-    ],
+    ] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            metavar="file|kube",
+            help="file: read --from. kube: list the NodeInventory objects (--kubeconfig).",
+        ),
+    ] = "file",
+    kubeconfig: Kubeconfig = None,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
@@ -96,7 +108,7 @@ def inventory(
 ) -> None:
     """Show which nodes are fresh or stale, and why."""
     rule = freshness_rule(stale_after, reference, publish_interval)
-    inventories = load_text(sys.stdin.read()) if source == "-" else load_path(Path(source))
+    inventories = _read(source, path, kubeconfig)
     clock = SystemClock()
     at = now or clock.now()
     # A one-shot reader sees the newest stamp for the first time now, so an extrapolating
@@ -120,6 +132,32 @@ def inventory(
         # An empty input is what a failed `kubectl ... |` pipe gives a cron job.
         typer.echo("sandboxctl: no nodes in the input", err=True)
         raise typer.Exit(EXIT_STALE)
+
+
+def _read(source: str, path: str | None, kubeconfig: Path | None) -> list[NodeInventory]:
+    if source == "kube":
+        from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, api_client
+
+        if path is not None:
+            raise ConfigurationError("--from is for --source file; kube lists NodeInventory")
+        api = api_client(kubeconfig)
+        try:
+            listed = CustomObjects(api, NODE_INVENTORIES).list()
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+        inventories = []
+        for obj in listed.items:
+            name = (obj.get("metadata") or {}).get("name", "?")
+            try:
+                inventories.append(inventory_from_object(obj))
+            except InventoryFormatError as error:
+                raise error.located(f"NodeInventory {name}") from None
+        return inventories
+    if source != "file":
+        raise InvalidValueError(f"--source {source!r}: expected file or kube")
+    if path is None:
+        raise ConfigurationError("--from PATH is required (or --source kube)")
+    return load_text(sys.stdin.read()) if path == "-" else load_path(Path(path))
 
 
 def inventory_report(view: FleetView, rows: list[NodeRow]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from sandboxctl.core.freshness import (
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
+from sandboxctl.sandboxd.templates.store import STORE_ENV
 
 
 def parse_duration_flag(value: str | timedelta) -> timedelta:
@@ -84,6 +86,84 @@ RuntimeRoot = Annotated[
     ),
 ]
 
+TemplateStoreDir = Annotated[
+    Path,
+    typer.Option(
+        "--template-store",
+        envvar=STORE_ENV,
+        metavar="DIR",
+        help="The template store (sandboxctl template build): every template built into it "
+        "is served by its name. Every uid may traverse it, only root may write it.",
+    ),
+]
+StoreDir = Annotated[
+    Path,
+    typer.Option(
+        "--store",
+        envvar=STORE_ENV,
+        metavar="DIR",
+        help="The template store: every uid may traverse it, only root may write it.",
+    ),
+]
+
+SandboxCidr = Annotated[
+    str,
+    typer.Option(
+        "--sandbox-cidr",
+        metavar="CIDR|auto",
+        help="The IPv4 subnet this agent's sandboxes get addresses from (its first address "
+        "is their gateway). auto: a free /24 of 10.200.0.0/16, kept across restarts. One "
+        "that overlaps a route or address of the host, or another agent's, is refused.",
+    ),
+]
+
+SandboxDns = Annotated[
+    str,
+    typer.Option(
+        "--sandbox-dns",
+        metavar="IP[:PORT]|host|none",
+        help="Where the DNS forwarder on the sandboxes' gateway sends queries of sandboxes "
+        "with internet. host: the first nameserver of /etc/resolv.conf; none: no DNS.",
+    ),
+]
+
+
+KubeTokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--kube-token-file",
+        metavar="FILE",
+        help="Bearer tokens of the Sandbox API, one per line: 'token namespace...' "
+        "('*': every namespace). Required: every request but /healthz needs one.",
+    ),
+]
+TlsCertFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-cert-file",
+        metavar="FILE",
+        help="Serve HTTPS with this certificate (PEM, chain after it), with "
+        "--tls-private-key-file.",
+    ),
+]
+TlsKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-private-key-file",
+        metavar="FILE",
+        help="The private key (PEM) of --tls-cert-file.",
+    ),
+]
+
+Recover = Annotated[
+    bool,
+    typer.Option(
+        "--recover",
+        help="If the agent's state database cannot be read: move it aside, destroy the "
+        "sandboxes it held (found by their files and uids), then start afresh.",
+    ),
+]
+
 
 def freshness_rule(
     stale_after: timedelta,
@@ -116,3 +196,213 @@ def parse_pool_flag(text: str) -> tuple[PoolKey, int]:
     if not eq or not key_text or len(parts) > 3 or not count.isdigit():
         raise InvalidValueError(f"--pool {text!r}: expected TEMPLATE[/NET[/SIZE]]=N, e.g. base=4")
     return PoolKey.of(*parts), int(count)
+
+
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        metavar="FILE",
+        help="The Kubernetes API to use. Default: the pod's service account in a pod, "
+        "else $KUBECONFIG or ~/.kube/config.",
+    ),
+]
+
+
+# --- guard-workers ------------------------------------------------------------------------
+# (defaults are the guard's own; guard.settings holds them without the client's imports)
+
+
+class TableOrJson(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+GuardOutput = Annotated[
+    TableOrJson, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
+]
+GuardNamespace = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", metavar="NS", help="The namespace of the worker pods."),
+]
+GuardSelector = Annotated[
+    str,
+    typer.Option(
+        "--selector",
+        "-l",
+        metavar="SELECTOR",
+        help="The label selector that chooses the worker pods, e.g. app=worker.",
+    ),
+]
+OwnerLabel = Annotated[
+    str | None,
+    typer.Option(
+        "--owner-label",
+        metavar="KEY=VALUE",
+        help="Single-writer mode: only pods labelled KEY=VALUE are this guard's (the label "
+        "means nothing else; --selector must not name KEY).",
+    ),
+]
+OverrideLabel = Annotated[
+    str,
+    typer.Option(
+        "--override-label",
+        metavar="KEY",
+        help="A pod labelled KEY=pin keeps the annotation, KEY=off never has it, whatever "
+        "its busy state.",
+    ),
+]
+GuardDryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print the patches it would send; send none.")
+]
+NodePoolNames = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nodepool",
+        metavar="NAME",
+        help="A NodePool the workers run on (repeatable): audited even before a worker runs there.",
+    ),
+]
+MaxRoll = Annotated[
+    timedelta | None,
+    typer.Option(
+        "--max-roll",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="WARN when a NodePool's terminationGracePeriod is above this (e.g. the CVE roll SLA).",
+    ),
+]
+BusySourceSpec = Annotated[
+    str,
+    typer.Option(
+        "--busy-source",
+        metavar="SPEC",
+        help="Where busy comes from: sessions=URL ({pod: count}), probe=URL-TEMPLATE "
+        "({name} {namespace} {ip} {node} {uid}; answers {busy, queries}), "
+        "annotation=KEY (workers report on their pod), or sandbox-hosts (claimed "
+        "sandboxes in the node's NodeInventory).",
+    ),
+]
+GuardInterval = Annotated[
+    timedelta,
+    typer.Option(
+        "--interval",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="How often to reconcile (and poll sessions or probes); changes also "
+        "reconcile at once.",
+        show_default="2s",
+    ),
+]
+IdleGrace = Annotated[
+    timedelta,
+    typer.Option(
+        "--idle-grace",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="Clear the annotation only after the pod has been idle this long.",
+        show_default="0s",
+    ),
+]
+PatchTimeout = Annotated[
+    timedelta,
+    typer.Option(
+        "--patch-timeout",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="Timeout of each API call.",
+        show_default="10s",
+    ),
+]
+MaxConcurrency = Annotated[
+    int, typer.Option("--max-concurrency", metavar="N", help="Patches in flight at once.")
+]
+TickBudget = Annotated[
+    timedelta | None,
+    typer.Option(
+        "--tick-budget",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="How long one tick waits for its patches; the rest waits for the next tick. "
+        "Default: --interval.",
+    ),
+]
+ProbeTimeout = Annotated[
+    timedelta,
+    typer.Option(
+        "--probe-timeout",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="Timeout of one probe, or of one read of the sessions endpoint.",
+        show_default="3s",
+    ),
+]
+ProbeFailThreshold = Annotated[
+    int,
+    typer.Option(
+        "--probe-fail-threshold",
+        metavar="N",
+        help="Failed probes in a row before a worker is judged (deferred or lost).",
+    ),
+]
+ProbeConcurrency = Annotated[
+    int, typer.Option("--probe-concurrency", metavar="N", help="Probes in flight at once.")
+]
+DrainSlack = Annotated[
+    timedelta,
+    typer.Option(
+        "--drain-slack",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="A busy Terminating worker is declared lost at deletionTimestamp (its delete "
+        "plus grace) plus this.",
+        show_default="30s",
+    ),
+]
+RespectDisruptedTaint = Annotated[
+    bool,
+    typer.Option(
+        "--respect-disrupted-taint/--ignore-disrupted-taint",
+        help="Do not newly stamp pods on a node tainted karpenter.sh/disrupted (needs "
+        "nodes get/list/watch).",
+    ),
+]
+AllowUnbounded = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unbounded",
+        help="Stamp even when the NodePool audit FAILs (no terminationGracePeriod): busy "
+        "pods may then block drift and expiry indefinitely.",
+    ),
+]
+GuardListen = Annotated[
+    str,
+    typer.Option(
+        "--listen",
+        metavar="HOST:PORT",
+        help="Serve /metrics, /status and /healthz here; port 0 picks one.",
+    ),
+]
+GuardServer = Annotated[
+    str,
+    typer.Option("--server", metavar="URL", help="The running guard's --listen address."),
+]
+
+
+class FailLevel(enum.StrEnum):
+    FAIL = "fail"
+    WARN = "warn"
+
+
+FailOn = Annotated[
+    FailLevel,
+    typer.Option("--fail-on", help="Exit 2 on a FAIL, or on a WARN too.", case_sensitive=False),
+]
+GuardOff = Annotated[
+    bool,
+    typer.Option(
+        "--guard-off",
+        help="Audit a cluster where the guard does not stamp: an unset "
+        "terminationGracePeriod is then no FAIL.",
+    ),
+]

@@ -23,10 +23,11 @@ from sandboxctl.cli.options import (
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
     InventoryPoll,
+    Kubeconfig,
     SandboxdTokenFile,
     Seeds,
     Source,
-    mesh_source,
+    fleet_source,
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
@@ -57,6 +58,7 @@ def serve_proxy(
     source: Source = "mesh",
     seeds: Seeds = "",
     token_file: SandboxdTokenFile = None,
+    kubeconfig: Kubeconfig = None,
     inventory_poll: InventoryPoll = DEFAULT_POLL_INTERVAL,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
@@ -77,13 +79,15 @@ def serve_proxy(
     secret = read_secret("--e2b-envd-secret-file", secret_file).encode()
     host, port = parse_listen("--listen", listen)
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
-    mesh = mesh_source(source, seeds, token_file, inventory_poll, log)
+    mesh = fleet_source(
+        source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
+    )
     with bind(host, port) as sock, mesh.store(rule) as store:  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
         log.info(
-            "serving the envd proxy on %s for *.%s over %d agents",
+            "serving the envd proxy on %s for *.%s over %s",
             server_url(host, port),
             domain.strip("."),
-            len(mesh.seeds),
+            mesh.description,
         )
         run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)], loop="uvloop")

@@ -11,19 +11,31 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
-from sandboxctl.cli.options import RuntimeRoot, parse_pool_flag, service_logging
+from sandboxctl.cli.options import (
+    Recover,
+    RuntimeRoot,
+    SandboxCidr,
+    SandboxDns,
+    TemplateStoreDir,
+    parse_pool_flag,
+    service_logging,
+)
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.network.sandboxes import AUTO, sandbox_network
+from sandboxctl.sandboxd.recovery import recover_agent
 from sandboxctl.sandboxd.runtime import Runtime
 from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
+    check_reach,
     check_root,
     prepare,
     runtime_dir,
     traversal_problem,
 )
 from sandboxctl.sandboxd.server import serve
+from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
 from sandboxctl.secretfiles import read_secret
@@ -100,6 +112,10 @@ def serve_sandboxd(
         int, typer.Option("--uid-base", min=1000, help="First host uid given to sandboxes.")
     ] = 200_000,
     runtime_root: RuntimeRoot = DEFAULT_RUNTIME_ROOT,
+    template_store: TemplateStoreDir = DEFAULT_STORE,
+    recover: Recover = False,
+    sandbox_cidr: SandboxCidr = AUTO,
+    sandbox_dns: SandboxDns = "host",
 ) -> None:
     """Run the host agent: isolated sandboxes with warm pools and leases."""
     log = service_logging("sandboxctl.sandboxd")
@@ -116,21 +132,29 @@ def serve_sandboxd(
     sandboxes = _runtime(runtime)
     # The state dir stays private; what sandbox uids reach goes to the runtime dir.
     check_root(runtime_root)
+    check_store(template_store, "--template-store")  # sandbox uids bind its roots
     layout = runtime_dir(state_dir, runtime_root)
     prepare(layout)
+    check_reach(layout, uid_base)  # what modes alone do not tell: one line, exit 2
     log.info("sandbox homes in %s (%s points to it)", layout.homes, layout.link)
     settings = AgentSettings(
         node=node or socket.gethostname(),
         advertise_addr=advertise_addr or join_host_port(host, port),
         state_dir=state_dir,
         templates=templates,
+        template_store=template_store,
         max_sandboxes=max_sandboxes,
         pools=pools,
         uid_base=uid_base,
         runtime_dir=layout.path,
         uid_claims=layout.uids,
     )
-    serve(Agent(settings, sandboxes), host, port, token, destroy_on_exit)
+    if recover:
+        recover_agent(settings, sandboxes)
+    network = None
+    if sandboxes.isolated:  # the unsafe runtime has no namespace to give a network to
+        network = sandbox_network(layout.path.name, sandbox_cidr, sandbox_dns, layout.path)
+    serve(Agent(settings, sandboxes, network=network), host, port, token, destroy_on_exit)
 
 
 def _runtime(name: RuntimeName) -> Runtime:

@@ -11,9 +11,13 @@ import typer
 
 from sandboxctl.cli.options import (
     PublishInterval,
+    Recover,
     Reference,
     RuntimeRoot,
+    SandboxCidr,
+    SandboxDns,
     StaleAfter,
+    TemplateStoreDir,
     freshness_rule,
     parse_pool_flag,
     service_logging,
@@ -23,13 +27,17 @@ from sandboxctl.core.freshness import (
     DEFAULT_STALE_AFTER,
     ReferenceMode,
 )
+from sandboxctl.core.templates import DEFAULT_TEMPLATE, HOST_ROOT
 from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
+from sandboxctl.fleet.template import check_template
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.network.sandboxes import AUTO
 from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root
+from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.serving import bind
 
 DEFAULT_STATE_DIR = Path(".sandboxctl")
-DEFAULT_POOL = "base=2"
+WARM = 2  # the default pool: this many warm sandboxes of --template
 
 
 def serve(
@@ -72,7 +80,8 @@ def serve(
         typer.Option(
             "--pool",
             metavar="TEMPLATE[/NET[/SIZE]]=N",
-            help=f"Keep N warm sandboxes of this pool key (repeatable; default {DEFAULT_POOL}).",
+            help="Keep N warm sandboxes of this pool key (repeatable; default: "
+            f"{WARM} of --template, e.g. {DEFAULT_TEMPLATE}={WARM}).",
         ),
     ] = None,
     max_sandboxes: Annotated[
@@ -95,7 +104,23 @@ def serve(
             "Default: destroy them all.",
         ),
     ] = False,
+    template: Annotated[
+        str,
+        typer.Option(
+            "--template",
+            metavar="NAME",
+            help=f"What sandboxes run from (the warm pool, and the e2b SDK's default). "
+            f"{DEFAULT_TEMPLATE}: built from Debian packages on the first start, into "
+            f"--template-store; sandboxes do not see the host's files. {HOST_ROOT}: the "
+            "host's root filesystem, read-only (sandboxes see the host's files). Any other: "
+            "a template in --template-store.",
+        ),
+    ] = DEFAULT_TEMPLATE,
+    template_store: TemplateStoreDir = DEFAULT_STORE,
     runtime_root: RuntimeRoot = DEFAULT_RUNTIME_ROOT,
+    recover: Recover = False,
+    sandbox_cidr: SandboxCidr = AUTO,
+    sandbox_dns: SandboxDns = "host",
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
@@ -103,11 +128,13 @@ def serve(
     """Run a whole one-host development fleet: agent, Kubernetes-style API, e2b API and
     envd proxy."""
     log = service_logging("sandboxctl.serve")
-    pools = dict(parse_pool_flag(text) for text in pool or (DEFAULT_POOL,))
+    pools = dict(parse_pool_flag(text) for text in pool or (f"{template}={WARM}",))
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     BubblewrapRuntime.check()  # root, the host tools, user namespaces: one line, exit 2
     state_dir = state_dir.absolute()
     check_root(runtime_root)  # sandbox uids reach their homes there; the state dir is private
+    check_store(template_store, "--template-store")  # and the templates' roots
+    check_template(template, pools, template_store)
 
     # Every port first: a taken one fails at once, before anything starts or is written.
     with contextlib.ExitStack() as bound:
@@ -125,7 +152,12 @@ def serve(
                 uid_base=uid_base,
                 domain=domain,
                 keep_sandboxes=keep_sandboxes,
+                recover=recover,
                 runtime_root=runtime_root,
+                sandbox_cidr=sandbox_cidr,
+                sandbox_dns=sandbox_dns,
+                template=template,
+                template_store=template_store,
             ),
             rule,
             sockets,

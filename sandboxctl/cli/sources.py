@@ -8,32 +8,46 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
-from sandboxctl.cli.options import parse_duration_flag
+from sandboxctl.cli.options import Kubeconfig, parse_duration_flag
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
-SOURCES = ("mesh",)
-__all__ = ["DEFAULT_POLL_INTERVAL", "InventoryPoll", "SandboxdTokenFile", "Seeds", "Source"]
+if TYPE_CHECKING:  # the kube source loads the Kubernetes client only when it is chosen
+    from kubernetes.client import ApiClient
+
+    from sandboxctl.inventory.kube import KubeInventorySource
+
+SOURCES = ("mesh", "kube")
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "InventoryPoll",
+    "Kubeconfig",
+    "SandboxdTokenFile",
+    "Seeds",
+    "Source",
+]
 
 Source = Annotated[
     str,
     typer.Option(
         "--source",
-        metavar="mesh",
-        help="Where inventories come from. mesh: poll the sandboxd agents directly.",
+        metavar="mesh|kube",
+        help="Where inventories come from. mesh: poll the sandboxd agents directly. kube: "
+        "watch the NodeInventory objects the hosts publish (--kubeconfig).",
     ),
 ]
 Seeds = Annotated[
@@ -72,17 +86,81 @@ class MeshSource:
     token: str | None
     seeds: tuple[str, ...]
 
-    @contextmanager
-    def store(self, rule: FreshnessRule) -> Iterator[SandboxStore]:
+    @property
+    def description(self) -> str:
+        return f"{len(self.seeds)} agents"
+
+    def store(self, rule: FreshnessRule) -> AbstractContextManager[SandboxStore]:
         """Start polling (one line and exit 2 when no seed answers or one refuses the
         token), then a store with node access over it; both are stopped on exit."""
-        self.inventories.start()
-        store = SandboxStore(self.inventories, rule, nodes=NodeAccess(self.token))
-        try:
-            yield store
-        finally:
-            self.inventories.stop()
-            store.close()
+        return _started_store(self.inventories, self.token, rule)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSource:
+    """The kube source (not yet started) and the fleet token for the agents."""
+
+    inventories: KubeInventorySource
+    token: str | None
+    api: ApiClient
+    description: str = "the NodeInventory objects (kube)"
+
+    def store(self, rule: FreshnessRule) -> AbstractContextManager[SandboxStore]:
+        """Start the informer and wait for its first list (one line and exit 2 when it
+        does not come), then a store with node access over it; both stopped on exit."""
+        return _started_store(self.inventories, self.token, rule)
+
+
+class _Running(InventorySource, Protocol):
+    """A source with a lifecycle: mesh polling, the kube informer."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@contextmanager
+def _started_store(
+    inventories: _Running, token: str | None, rule: FreshnessRule
+) -> Iterator[SandboxStore]:
+    inventories.start()
+    store = SandboxStore(inventories, rule, nodes=NodeAccess(token))
+    try:
+        yield store
+    finally:
+        inventories.stop()
+        store.close()
+
+
+def fleet_source(
+    source: str,
+    seeds: str,
+    token_file: Path | None,
+    poll: timedelta,
+    kubeconfig: Path | None,
+    publish_interval: timedelta,
+    log: logging.Logger,
+) -> MeshSource | KubeSource:
+    """The source the flags name (one line, exit 2 on a mistake), not yet started."""
+    if source != "kube":
+        return mesh_source(source, seeds, token_file, poll, log)
+    if seeds.strip():
+        raise ConfigurationError("--sandboxd-seeds is for --source mesh; kube reads NodeInventory")
+    from sandboxctl.inventory.kube import KubeInventorySource
+    from sandboxctl.kube import api_client
+
+    token = _fleet_token(token_file, log)
+    # Stall credit of one publish interval, as mesh mode has one poll: see inventory/kube.py.
+    api = api_client(kubeconfig)
+    inventories = KubeInventorySource(api, stall_after=publish_interval)
+    return KubeSource(inventories, token, api)
+
+
+def _fleet_token(token_file: Path | None, log: logging.Logger) -> str | None:
+    token = read_secret("--sandboxd-token-file", token_file) if token_file else None
+    if token is None:
+        log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
+    return token
 
 
 def mesh_source(
@@ -90,14 +168,9 @@ def mesh_source(
 ) -> MeshSource:
     """Check the source flags (one line, exit 2 on a mistake) and build the source."""
     if source not in SOURCES:
-        raise InvalidValueError(
-            f"--source {source!r}: only mesh is supported for now (poll the agents given "
-            "by --sandboxd-seeds)"
-        )
+        raise InvalidValueError(f"--source {source!r}: expected mesh or kube")
     addresses = tuple(seed.strip() for seed in seeds.split(",") if seed.strip())
     if not addresses:
         raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
-    token = read_secret("--sandboxd-token-file", token_file) if token_file else None
-    if token is None:
-        log.warning("no --sandboxd-token-file: only development agents (no token) will answer")
+    token = _fleet_token(token_file, log)
     return MeshSource(MeshInventorySource(addresses, token, poll_interval=poll), token, addresses)

@@ -11,6 +11,8 @@ SandboxctlError                                       -      -
 │   ├── BadContinue (store.lists)      a continue token we did not give  -  400
 │   └── BadQuery (apiserver.e2b.paging)  an e2b list parameter   -      400
 ├── ConfigurationError       settings that must not run together  -      503
+│   └── GuardStartError, UnboundedRefusal (guard.service), AuditReadError (guard.karpenter):
+│       guard-workers cannot start, may not stamp, may not audit (CLI only)  -  503
 ├── InventoryFormatError     a NodeInventory that breaks the model -     502
 ├── NoWarmCapacity (core.placement)  no fresh node can take the claim  - 503
 ├── NoNodeCapacity (core.placement)  every node serving the template is full  -  429

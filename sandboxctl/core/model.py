@@ -20,6 +20,8 @@ API_VERSION = "sandbox.cocoonstack.io/v1beta1"
 KIND = "NodeInventory"
 DEFAULT_NET = "none"
 DEFAULT_SIZE = "small"
+# What a claim's net may be: every agent serves these and nothing else.
+NETS = ("none", "egress")
 DEFAULT_NAMESPACE = "default"
 
 
@@ -34,6 +36,13 @@ class PoolKey:
     @classmethod
     def of(cls, template: str, net: str | None = None, size: str | None = None) -> PoolKey:
         return cls(template, net or DEFAULT_NET, size or DEFAULT_SIZE)
+
+    @property
+    def pool(self) -> PoolKey:
+        """The warm pool that serves this key. ``net`` is a claim's network policy,
+        applied when the sandbox is claimed, not a pool dimension: every sandbox starts
+        with a network namespace of its own, so one warm sandbox serves either net."""
+        return PoolKey(self.template, DEFAULT_NET, self.size)
 
     def __str__(self) -> str:
         return f"{self.template}/{self.net}/{self.size}"
@@ -75,6 +84,7 @@ class NodeInventory:
     templates: tuple[Mapping[str, Any], ...] = ()
     entries: tuple[Entry, ...] = ()
     published_at: datetime | None = None
+    capacity: int | None = None  # most claims at once; None when the node does not say
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -113,6 +123,7 @@ def inventory_from_object(obj: object) -> NodeInventory:
         ),
         entries=tuple(_entry(e, f"entries[{i}]") for i, e in enumerate(_list(body, "entries"))),
         published_at=parse_stamp(body.get("publishedAt")),
+        capacity=_optional_int(body.get("capacity"), "capacity"),
         extra={"metadata": dict(meta)} if meta else {},
     )
 
@@ -248,6 +259,8 @@ def inventory_to_object(inventory: NodeInventory) -> dict[str, Any]:
     obj["entries"] = [_entry_to_object(e) for e in inventory.entries]
     if inventory.published_at is not None:
         obj["publishedAt"] = format_rfc3339(inventory.published_at)
+    if inventory.capacity is not None:
+        obj["capacity"] = inventory.capacity
     return obj
 
 

@@ -11,15 +11,20 @@ all its candidates and the pick is drawn again; a :class:`Failed` attempt (for e
 timeout after the request was sent, which may have delivered) is raised as is and never
 retried. Randomness is injected: ``pick(n)`` returns a uniform index in ``[0, n)``, such as
 ``random.Random(seed).randrange``.
+
+When no warm candidate takes the claim, :func:`place_cold` starts one cold: on the node
+that serves the template with the most free claim slots (:func:`cold_candidates`), then
+the next, until one delivers. When every node is full that is :class:`NoNodeCapacity`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
 from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.core.model import NodeInventory, PoolKey
 from sandboxctl.core.snapshot import WarmCandidate
 
 T = TypeVar("T")
@@ -41,6 +46,31 @@ class NoWarmCapacity(SandboxctlError):
         else:
             message = "no warm capacity: no fresh node with an address has a warm sandbox"
         super().__init__(message)
+
+
+class NoNodeCapacity(SandboxctlError):
+    """Every fresh node that serves the template is full: no cold start either.
+
+    ``tried`` names the nodes that were asked and refused, in the order asked. Both APIs
+    answer it with 429.
+    """
+
+    def __init__(self, template: str, tried: Sequence[str] = ()) -> None:
+        self.tried = tuple(tried)
+        where = f" (tried {', '.join(self.tried)})" if self.tried else ""
+        super().__init__(
+            f"no capacity: every node that serves template {template!r} is full{where}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ColdCandidate:
+    """A node that may start a sandbox cold: ``free`` claim slots by its inventory
+    (capacity less claims); None when it does not report a capacity."""
+
+    node: str
+    address: str
+    free: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +140,51 @@ def _index(pick: Pick, n: int) -> int:
     if not 0 <= index < n:
         raise ValueError(f"pick({n}) returned {index}, outside [0, {n})")
     return index
+
+
+def cold_candidates(
+    inventories: Iterable[tuple[str, NodeInventory]], key: PoolKey
+) -> list[ColdCandidate]:
+    """The nodes that may start ``key`` cold, most free slots first (then by name): each
+    with an address that serves the template (it lists it, or has a pool of it) and has a
+    slot free, or reports no capacity (the node decides)."""
+    found = []
+    for node, inventory in inventories:
+        if not inventory.address or not serves(inventory, key.template):
+            continue
+        free = None
+        if inventory.capacity is not None:
+            free = inventory.capacity - len(inventory.entries)
+            if free <= 0:
+                continue
+        found.append(ColdCandidate(node, inventory.address, free))
+    return sorted(found, key=lambda c: (-(c.free if c.free is not None else 0), c.node))
+
+
+def serves(inventory: NodeInventory, template: str) -> bool:
+    """Whether a node serves ``template``: it lists it, or has a pool of it."""
+    return any(t.get("template") == template for t in inventory.templates) or any(
+        pool.key.template == template for pool in inventory.pools
+    )
+
+
+def place_cold(
+    template: str,
+    candidates: Sequence[ColdCandidate],
+    attempt: Callable[[ColdCandidate], Outcome[T]],
+) -> tuple[ColdCandidate, T]:
+    """Attempt the candidates in order until one delivers; raise the error of a
+    :class:`Failed` attempt, and :class:`NoNodeCapacity` when none is left."""
+    tried: list[str] = []
+    dropped: set[str] = set()
+    for candidate in candidates:
+        if candidate.node in dropped:
+            continue
+        outcome = attempt(candidate)
+        if isinstance(outcome, Delivered):
+            return candidate, outcome.result
+        if isinstance(outcome, Failed):
+            raise outcome.error
+        tried.append(candidate.node)
+        dropped.update((candidate.node, *outcome.also))
+    raise NoNodeCapacity(template, tried)

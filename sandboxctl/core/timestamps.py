@@ -38,3 +38,9 @@ def format_rfc3339(value: datetime) -> str:
     if value.tzinfo is None:
         raise InvalidValueError(f"refusing to write {value.isoformat()} without a zone")
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_unix_millis(timestamp: float) -> str:
+    """Unix seconds as UTC with ``Z`` at millisecond precision (e2b's log and metric times)."""
+    at = datetime.fromtimestamp(timestamp, UTC)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -30,9 +30,11 @@ from sandboxctl.envd.connect import (
     end_of_stream,
     envelope,
     error_response,
+    is_stream_request,
     parse_envelope,
     parse_json,
     read_envelopes,
+    stream_error_response,
 )
 from sandboxctl.envd.filesystem import FilesystemService
 from sandboxctl.envd.host import SANDBOX_USER, Sandboxes, SandboxUnavailable
@@ -59,9 +61,14 @@ def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
 
     def guarded(handler: Handler, rpc: bool) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            streaming = rpc and is_stream_request(request.headers.get("content-type", ""))
+
+            def failed(error: ConnectError) -> Response:
+                return stream_error_response(error) if streaming else error_response(error)
+
             def refuse(status: int, code: str, message: str) -> Response:
                 if rpc:
-                    return error_response(ConnectError(code, message))
+                    return failed(ConnectError(code, message))
                 return files.http_error(status, message)
 
             if not authorize(request, request.path_params["sandbox_id"]):
@@ -81,7 +88,7 @@ def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
             except SandboxUnavailable as error:
                 return JSONResponse({"code": 502, "message": error.message}, status_code=502)
             except ConnectError as error:
-                return error_response(error) if rpc else files.error_reply(error)
+                return failed(error) if rpc else files.error_reply(error)
             except Exception:
                 log.exception("envd %s %s", request.method, request.url.path)
                 return refuse(500, "internal", "internal error")

@@ -3,6 +3,11 @@
 Unary calls answer ``application/json``; server streams answer ``application/connect+json``
 as envelopes (a flags byte, a big-endian uint32 length, the JSON message) ending with an
 end-of-stream envelope (flags 0x02) that carries ``{}`` or ``{"error": {...}}``.
+
+Errors follow the call's kind: a unary call gets the code's HTTP status and a JSON body; a
+streaming call (its request is ``application/connect+...``) always gets HTTP 200 and the
+error in the end-of-stream envelope, even when it fails before its first message, since
+that is where Connect clients (the JS SDK) read a stream's error from.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 STREAM_CONTENT_TYPE = "application/connect+json"
 END_STREAM = 0x02
@@ -55,6 +60,19 @@ class ConnectError(Exception):
 
 def error_response(error: ConnectError) -> JSONResponse:
     return JSONResponse(error.json(), status_code=error.status)
+
+
+def is_stream_request(content_type: str) -> bool:
+    """Whether a request with this content type is a streaming call (Connect's
+    ``application/connect+<codec>``), whose errors go in the end-of-stream envelope."""
+    media_type = content_type.split(";")[0].strip().lower()
+    return media_type.startswith("application/connect+")
+
+
+def stream_error_response(error: ConnectError) -> Response:
+    """A streaming call that failed before its first message: HTTP 200 and a stream of
+    one end-of-stream envelope carrying the error."""
+    return Response(end_of_stream(error), media_type=STREAM_CONTENT_TYPE)
 
 
 def envelope(message: Any, flags: int = 0) -> bytes:
@@ -108,7 +126,7 @@ def parse_json(data: bytes) -> dict[str, Any]:
         return {}
     try:
         message = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ConnectError("invalid_argument", "request message is not valid JSON") from None
     if not isinstance(message, dict):
         raise ConnectError("invalid_argument", "request message must be a JSON object")

@@ -82,7 +82,12 @@ async def write_files(target: Target, request: Request) -> Response:
             async for chunk in request.stream():
                 for event in parser.feed(chunk):
                     if isinstance(event, Begin):
-                        name = query_path if query_path and not written else event.filename
+                        if query_path and written:  # a signed URL's path, and one more file
+                            raise ConnectError(
+                                "invalid_argument",
+                                "the path query parameter names one file: send one part",
+                            )
+                        name = query_path or event.filename
                         if not name:
                             raise ConnectError("invalid_argument", "a file part has no filename")
                         writer = await _Writer.open(target, sandbox_path(name))

@@ -58,6 +58,10 @@ class RunningSandbox(Protocol):
         is the pid spawned); one already gone is not an error."""
         ...
 
+    def log(self, message: str, level: str = "info", **fields: str) -> None:
+        """Add an event to the sandbox's log (a command started or ended)."""
+        ...
+
 
 class Sandboxes(Protocol):
     """The agent's sandboxes, as envd looks them up for each request."""

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shlex
 import signal as signals
 import struct
 import termios
@@ -33,6 +34,7 @@ KEEPALIVE_SECONDS = 30.0
 DEADLINE_SLACK = 0.5  # a stream cut this close to its deadline counts as timed out
 DRAIN_SECONDS = 1.0  # after the command exits, how long its output may still arrive
 READ_BYTES = 64 << 10
+MAX_LOGGED_COMMAND = 200  # characters of a command line in the sandbox's log
 SIGNALS = {
     "SIGNAL_SIGKILL": signals.SIGKILL,
     "SIGNAL_SIGTERM": signals.SIGTERM,
@@ -134,6 +136,10 @@ class ProcessService:
                 os.close(terminal)  # a command already on it gets SIGHUP
             raise
         proc = Proc(pid, shown, str(tag) if tag is not None else None, process, target)
+        command = shlex.join([cmd, *args])
+        if len(command) > MAX_LOGGED_COMMAND:
+            command = command[:MAX_LOGGED_COMMAND] + "..."
+        target.log(f"process {pid} started: {command}", pid=str(pid))
         if terminal is not None:
             proc.terminal, proc.session = terminal, host_pid
         queue = proc.listen()
@@ -207,6 +213,13 @@ class ProcessService:
                 end["exitCode"] = status if status >= 0 else -1
             proc.end = {"end": end}
             proc.publish(proc.end)
+            code = str(end.get("exitCode", 0))
+            proc.target.log(
+                f"process {proc.pid} exited with code {code} ({end['status']})",
+                "info" if status == 0 else "warn",
+                pid=str(proc.pid),
+                exitCode=code,
+            )
         except Exception:
             log.exception("process %d in %s", proc.pid, proc.target.id)
             proc.end = {"end": {"exitCode": -1, "status": "error", "error": "internal error"}}

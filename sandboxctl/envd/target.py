@@ -34,6 +34,9 @@ class Target:
         """The sandbox's env vars from its claim."""
         return self.sandbox.env
 
+    def log(self, message: str, level: str = "info", **fields: str) -> None:
+        self.sandbox.log(message, level, **fields)
+
     async def spawn(
         self,
         argv: Sequence[str],

@@ -4,10 +4,12 @@ warm pools are full, then print the ``ready:`` line scripts wait for."""
 from __future__ import annotations
 
 import logging
+import ssl
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -45,6 +47,7 @@ class Readiness:
         inventories: MeshInventorySource,
         root_token: str,
         stopping: threading.Event,
+        kube_ca: Path,
         timeout: float = READY_TIMEOUT,
     ) -> None:
         self.fleet = fleet
@@ -53,12 +56,14 @@ class Readiness:
         self.inventories = inventories
         self.root_token = root_token
         self.stopping = stopping
+        self.kube_ca = kube_ca  # the Sandbox API serves HTTPS with this certificate
         self.timeout = timeout
 
     def run(self) -> None:
         deadline = time.monotonic() + self.timeout
         try:
-            with httpx.Client(timeout=CHECK_TIMEOUT) as http:
+            trust = ssl.create_default_context(cafile=str(self.kube_ca))
+            with httpx.Client(timeout=CHECK_TIMEOUT, verify=trust) as http:
                 # The agent first: the inventory starts as soon as it answers, so the
                 # APIs see the node even if another part never answers.
                 agent, apis = self._http_checks(http)
@@ -86,7 +91,7 @@ class Readiness:
         parts = [
             f"e2b API {self.fleet.url(ports.e2b)}",
             f"envd proxy {self.fleet.url(ports.proxy)}",
-            f"Kubernetes API {self.fleet.url(ports.kube)}",
+            f"Kubernetes API {self.fleet.kube_url}",
             f"sandboxd {self.fleet.url(ports.sandboxd)} (node {self.agent.settings.node})",
             f"warm pools {summary}" if summary else "no warm pools",
         ]
@@ -102,8 +107,8 @@ class Readiness:
             ),
         }
         apis: Checks = {
-            "the Kubernetes API (GET /version)": lambda: _answers(
-                http, f"{self.fleet.url(ports.kube)}/version"
+            "the Kubernetes API (GET /readyz)": lambda: _answers(
+                http, f"{self.fleet.kube_url}/readyz"
             ),
             "the e2b API (GET /health)": lambda: _answers(
                 http, f"{self.fleet.url(ports.e2b)}/health"

@@ -20,6 +20,8 @@ from sandboxctl.apiserver.kube import create_kube_app
 from sandboxctl.apiserver.kubeconfig import server_url
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
+from sandboxctl.core.templates import DEFAULT_TEMPLATE, HOST_ROOT
+from sandboxctl.fleet.certificate import fleet_certificate
 from sandboxctl.fleet.readiness import CHECK_TIMEOUT, Readiness, say
 from sandboxctl.fleet.state import (
     AGENT_DIR,
@@ -30,18 +32,23 @@ from sandboxctl.fleet.state import (
     prepare_state_dir,
     write_client_files,
 )
+from sandboxctl.fleet.template import aliases, prepare_template
 from sandboxctl.inventory.mesh import MeshInventorySource
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app as create_agent_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.network.sandboxes import AUTO, sandbox_network
+from sandboxctl.sandboxd.recovery import recover_agent
 from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
     LINK,
     RuntimeDir,
+    check_reach,
     prepare,
     runtime_dir,
 )
+from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
 from sandboxctl.serving import run_servers
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -70,10 +77,22 @@ class Fleet:
     uid_base: int = 200_000
     domain: str = DEFAULT_DOMAIN
     keep_sandboxes: bool = False
+    recover: bool = False  # an unreadable agent state database: move it aside (recovery.py)
     runtime_root: Path = DEFAULT_RUNTIME_ROOT
+    sandbox_cidr: str = AUTO
+    sandbox_dns: str = "host"
+    # What its sandboxes run from (template.py): "default" is built on the first start;
+    # "base" is the host's root. Every template in the store is served besides.
+    template: str = DEFAULT_TEMPLATE
+    template_store: Path = DEFAULT_STORE
 
     def url(self, port: int) -> str:
         return server_url(self.host, port)
+
+    @property
+    def kube_url(self) -> str:
+        """The Sandbox API's: HTTPS, or kubectl would not send its token."""
+        return server_url(self.host, self.ports.kube, tls=True)
 
     @property
     def runtime(self) -> RuntimeDir:
@@ -89,28 +108,39 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
     """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
     a stop signal; then stop every part, destroying the sandboxes unless asked not to."""
     agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
+    template = prepare_template(fleet.template, fleet.template_store)  # first start: a build
     found = prepare_state_dir(fleet.state_dir)
+    kube_tls = fleet_certificate(fleet.state_dir, fleet.host)
     runtime = fleet.runtime
     prepare(runtime)
+    check_reach(runtime, fleet.uid_base)
     if fleet.host not in ("localhost", "::1") and not fleet.host.startswith("127."):
         log.warning(
-            "--host %s is not loopback: the Kubernetes-style API has no authentication, so "
-            "anyone who reaches port %d can create and delete sandboxes",
+            "--host %s is not loopback: every API is plain HTTP, so its keys and tokens "
+            "cross the network in clear (serve-apiserver --tls-cert-file serves HTTPS)",
             fleet.host,
-            fleet.ports.kube,
         )
+    settings = AgentSettings(
+        node=socket.gethostname() or "local",
+        advertise_addr=fleet.agent_addr,
+        state_dir=fleet.state_dir / AGENT_DIR,
+        max_sandboxes=fleet.max_sandboxes,
+        pools=dict(fleet.pools),
+        uid_base=fleet.uid_base,
+        runtime_dir=runtime.path,
+        uid_claims=runtime.uids,
+        template_store=fleet.template_store,
+        host_root=fleet.template == HOST_ROOT,
+    )
+    sandboxes = BubblewrapRuntime()
+    if fleet.recover:
+        recover_agent(settings, sandboxes)
     agent = Agent(
-        AgentSettings(
-            node=socket.gethostname() or "local",
-            advertise_addr=fleet.agent_addr,
-            state_dir=fleet.state_dir / AGENT_DIR,
-            max_sandboxes=fleet.max_sandboxes,
-            pools=dict(fleet.pools),
-            uid_base=fleet.uid_base,
-            runtime_dir=runtime.path,
-            uid_claims=runtime.uids,
+        settings,
+        sandboxes,
+        network=sandbox_network(
+            runtime.path.name, fleet.sandbox_cidr, fleet.sandbox_dns, runtime.path
         ),
-        BubblewrapRuntime(),
     )
     inventories = MeshInventorySource([fleet.agent_addr], found.root_token, MESH_POLL)
     store = SandboxStore(inventories, rule, nodes=NodeAccess(found.root_token))
@@ -122,26 +152,34 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
             (create_agent_app(agent, found.root_token), agent_sock),
             # The first thing uvicorn's shutdown does is close the listening sockets:
             # open watches end then, so a stop is not held up by a long watch.
-            (create_kube_app(store, stopping=lambda: kube_sock.fileno() == -1), kube_sock),
+            (
+                create_kube_app(
+                    store, found.kube_tokens, stopping=lambda: kube_sock.fileno() == -1
+                ),
+                kube_sock,
+            ),
         ]
         config = E2bConfig(
             domain=fleet.domain,
             envd_secret=found.envd_secret,
             api_keys=found.api_keys,
             namespace=NAMESPACE,
+            aliases=aliases(fleet.template),
         )
         listeners.append((create_e2b_app(store, config), e2b_sock))
         # The envd proxy over the same store: the SDK's envd calls (E2B_SANDBOX_URL).
         listeners.append((create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock))
-        write_client_files(fleet, found)
-        say(usage(fleet))
-        checks = Readiness(fleet, agent, store, inventories, found.root_token, stopping)
+        write_client_files(fleet, found, kube_tls.cert_file)
+        say(usage(fleet, template))
+        checks = Readiness(
+            fleet, agent, store, inventories, found.root_token, stopping, kube_tls.cert_file
+        )
         readiness = threading.Thread(target=checks.run, name="sandboxctl-readiness", daemon=True)
         readiness.start()
         # A closed terminal stops the fleet like Ctrl-C (SIGHUP would end it at once and
         # leave every sandbox running); run_servers handles SIGINT and SIGTERM.
         signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
-        run_servers(listeners)
+        run_servers(listeners, tls=kube_tls, tls_only=[kube_sock])
         log.info("stopping")
     finally:
         stopping.set()
@@ -160,15 +198,16 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
 # --- what to tell the user ------------------------------------------------------------
 
 
-def usage(fleet: Fleet) -> str:
+def usage(fleet: Fleet, template: str) -> str:
     directory = _shown(fleet.state_dir)
     lines = [
         "sandboxctl serve: a one-host development fleet",
         f"  e2b API         {fleet.url(fleet.ports.e2b)}",
-        f"  Kubernetes API  {fleet.url(fleet.ports.kube)}",
+        f"  Kubernetes API  {fleet.kube_url}",
         f"  sandboxd        {fleet.url(fleet.ports.sandboxd)}  (token in {directory}/{TOKEN_FILE})",
         f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (sandbox commands and files)",
         f"  runtime dir     {fleet.runtime.path}  (sandbox homes; {directory}/{LINK})",
+        f"  template        {template}",
         "",
         "Use it with the e2b SDK (pip install e2b):",
         f"  set -a; . {directory}/{ENV_FILE}; set +a",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandboxctl.apiserver.auth import KubeTokens, first_token, load_kube_tokens, token_line
 from sandboxctl.apiserver.e2b import load_api_keys
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
 from sandboxctl.core.errors import ConfigurationError
@@ -27,6 +28,7 @@ NAMESPACE = "default"
 KEY_FILE = "e2b-api-keys"
 ENVD_SECRET_FILE = "envd-secret"
 TOKEN_FILE = "sandboxd-token"
+KUBE_TOKEN_FILE = "kube-tokens"
 ENV_FILE = "e2b.env"
 KUBECONFIG_FILE = "kubeconfig"
 AGENT_DIR = "sandboxd"
@@ -38,6 +40,8 @@ class Secrets:
     api_keys: Mapping[str, str]
     envd_secret: bytes
     root_token: str
+    kube_tokens: KubeTokens
+    kube_token: str  # the first of them: the one the kubeconfig carries
 
 
 def prepare_state_dir(state_dir: Path) -> Secrets:
@@ -55,20 +59,27 @@ def prepare_state_dir(state_dir: Path) -> Secrets:
     api_keys = load_api_keys(key_file, namespace=NAMESPACE)
     envd_secret = create_secret(state_dir / ENVD_SECRET_FILE, secrets.token_hex(32) + "\n")
     root_token = create_secret(state_dir / TOKEN_FILE, secrets.token_urlsafe(32) + "\n")
+    kube_file = state_dir / KUBE_TOKEN_FILE
+    create_secret(kube_file, token_line(secrets.token_urlsafe(32)))  # every namespace
     return Secrets(
         api_key=next(iter(api_keys)),
         api_keys=api_keys,
         envd_secret=envd_secret.encode(),
         root_token=root_token,
+        kube_tokens=load_kube_tokens(kube_file),
+        kube_token=first_token(kube_file),
     )
 
 
-def write_client_files(fleet: Fleet, found: Secrets) -> None:
-    """DIR/e2b.env for the e2b SDK and DIR/kubeconfig for kubectl, both 0600."""
+def write_client_files(fleet: Fleet, found: Secrets, kube_ca: Path) -> None:
+    """DIR/e2b.env for the e2b SDK and DIR/kubeconfig (the first kube token, and the
+    Sandbox API's certificate to trust) for kubectl, both 0600."""
     env = (
         f"E2B_API_URL={fleet.url(fleet.ports.e2b)}\n"
         f"E2B_SANDBOX_URL={fleet.url(fleet.ports.proxy)}\n"
         f"E2B_API_KEY={found.api_key}\n"
     )
     write_private(fleet.state_dir / ENV_FILE, env)
-    write_kubeconfig(fleet.state_dir / KUBECONFIG_FILE, fleet.url(fleet.ports.kube))
+    write_kubeconfig(
+        fleet.state_dir / KUBECONFIG_FILE, fleet.kube_url, found.kube_token, kube_ca.read_bytes()
+    )

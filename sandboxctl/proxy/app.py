@@ -13,13 +13,15 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from websockets.exceptions import InvalidHandshake
 
-from sandboxctl.apiserver.e2b.models import envd_access_token
+from sandboxctl.apiserver.e2b.models import envd_access_token, traffic_access_token
 from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
 from sandboxctl.proxy.signature import BadSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
+from sandboxctl.relay import open_websocket, relay_websocket
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger("sandboxctl.proxy")
@@ -30,6 +32,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 ENVD_PORT: Final = 49983
+TRAFFIC_TOKEN: Final = "e2b-traffic-access-token"
 CONNECT_TIMEOUT: Final = 5.0
 OUTCOMES: Final = (
     "routed",
@@ -38,7 +41,6 @@ OUTCOMES: Final = (
     "bad_request",
     "upstream_error",
     "internal_path",
-    "port_not_served",
 )
 HOP_BY_HOP: Final = frozenset(
     {
@@ -112,6 +114,9 @@ class ProxyApp:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._guest_websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             return
         path: str = scope["path"]
@@ -135,14 +140,12 @@ class ProxyApp:
             self.metrics.count("bad_request")
             await _reply(send, 400, {"code": 400, "message": NO_SANDBOX})
             return
+        if target.port != ENVD_PORT:
+            await self._guest_port(scope, receive, send, headers, target)
+            return
         if is_internal(path):
             self.metrics.count("internal_path")
             await _reply(send, 404, {"code": 404, "message": "not found"})
-            return
-        if target.port != ENVD_PORT:
-            # Only envd is relayed; nothing else listens as far as a client can tell.
-            self.metrics.count("port_not_served")
-            await _not_found(send, target)
             return
         presented = headers.get("x-access-token", "")
         open_path = method in ("GET", "HEAD") and path.rstrip("/") == "/health"
@@ -179,6 +182,77 @@ class ProxyApp:
                 return
         await self._relay(scope, receive, send, headers, target, owner)
 
+    async def _guest_port(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target
+    ) -> None:
+        """Any other port: relayed to the owning agent's guest-port route, which connects
+        inside the sandbox. No envd token; a sandbox created with allowPublicTraffic false
+        requires its traffic access token (E2B-Traffic-Access-Token)."""
+        owner = self.resolver.cached(target.sandbox_id)
+        if owner is None:
+            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        if owner is None:
+            self.metrics.count("unknown")
+            await _not_found(send, target)
+            return
+        if not self._traffic_allowed(owner, headers):
+            self.metrics.count("unauthorized")
+            await _unauthorized(send, f"this sandbox's ports need its {TRAFFIC_TOKEN}")
+            return
+        prefix = f"/v1/sandboxes/{owner.claim_id}/ports/{target.port}"
+        await self._relay(scope, receive, send, headers, target, owner, prefix)
+
+    async def _guest_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket upgrade to a guest port: resolved and authorized as a guest-port
+        request, then relayed message by message through the agent's guest-port route.
+        A refusal closes it before it is accepted (the caller sees 403)."""
+        headers = _headers(scope)
+        try:
+            target = route(headers, self.domain)
+        except BadRoute:
+            target = None
+        if target is None or target.port == ENVD_PORT:
+            self.metrics.count("bad_request")
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        owner = self.resolver.cached(target.sandbox_id)
+        if owner is None:
+            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        if owner is None or not self._traffic_allowed(owner, headers):
+            self.metrics.count("unknown" if owner is None else "unauthorized")
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        query = (scope.get("query_string") or b"").decode("latin-1")
+        scheme = "wss" if owner.address.startswith("https://") else "ws"
+        uri = (
+            f"{scheme}://{authority(owner.address)}/v1/sandboxes/{owner.claim_id}"
+            f"/ports/{target.port}{path}" + (f"?{query}" if query else "")
+        )
+        await receive()  # websocket.connect
+        try:
+            upstream = await open_websocket(
+                uri,
+                headers=[("authorization", f"Bearer {owner.token}")],
+                subprotocols=scope.get("subprotocols", ()),
+            )
+        except (OSError, InvalidHandshake, TimeoutError) as error:
+            self.metrics.count("upstream_error")
+            log.info("WebSocket relay for %s failed: %s", target.sandbox_id, error)
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        self.metrics.count("routed")
+        await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+        await relay_websocket(receive, send, upstream)
+
+    def _traffic_allowed(self, owner: Owner, headers: dict[str, str]) -> bool:
+        """A public sandbox's ports are open; a private one's need its traffic token."""
+        if owner.public_traffic:
+            return True
+        presented = headers.get(TRAFFIC_TOKEN, "")
+        expected = traffic_access_token(self.envd_secret, owner.token)
+        return hmac.compare_digest(presented.encode(), expected.encode())
+
     async def _relay(
         self,
         scope: Scope,
@@ -187,10 +261,13 @@ class ProxyApp:
         headers: dict[str, str],
         target: Target,
         owner: Owner,
+        prefix: str | None = None,
     ) -> None:
         has_body = "content-length" in headers or "transfer-encoding" in headers
         chunked = "transfer-encoding" in headers
-        head = _request_head(scope, headers, owner, chunked)
+        if prefix is None:
+            prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
+        head = _request_head(scope, headers, owner, chunked, prefix)
         body_done = asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
@@ -311,11 +388,14 @@ def _headers(scope: Scope) -> dict[str, str]:
     return found
 
 
-def _request_head(scope: Scope, headers: dict[str, str], owner: Owner, chunked: bool) -> bytes:
-    """The request line and headers for the agent: the sandbox's envd route on the node,
-    the caller's headers less hop-by-hop and control-plane ones, the claim token."""
+def _request_head(
+    scope: Scope, headers: dict[str, str], owner: Owner, chunked: bool, prefix: str
+) -> bytes:
+    """The request line and headers for the agent: the sandbox's route on the node
+    (``prefix``: envd's or a guest port's), the caller's headers less hop-by-hop and
+    control-plane ones, the claim token."""
     path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    target = f"/v1/sandboxes/{owner.claim_id}/envd{path}"
+    target = f"{prefix}{path}"
     query = scope.get("query_string") or b""
     if query:
         target += "?" + query.decode("latin-1")

@@ -34,6 +34,7 @@ class Owner:
     address: str
     claim_id: str
     token: str  # the claim token: never leaves the proxy except to the owning node
+    public_traffic: bool = True  # False: guest ports need the traffic access token
 
 
 class OwnerCache:
@@ -167,4 +168,5 @@ def claim_spelling(requested: str) -> str:
 def _owner(node: str, address: str, row: SandboxRow) -> Owner | None:
     if not row.token:
         return None
-    return Owner(node, address, row.id, row.token)
+    public = row.network is None or row.network.public_traffic
+    return Owner(node, address, row.id, row.token, public)

@@ -58,6 +58,10 @@ def file_signature(method: str, path: str, query: bytes) -> FileSignature | None
     expirations = params.get("signature_expiration", [])
     if len(signatures) > 1 or len(expirations) > 1 or len(params.get("path", [])) > 1:
         raise BadSignature("a signed file URL names signature, its expiration and path once")
+    paths = params.get("path", [])
+    if operation == "write" and not (paths and paths[0]):
+        # Without a path the parts' own file names would be written: anywhere.
+        raise BadSignature("a signed upload URL names the path it may write")
     expiration = None
     if expirations:
         if not expirations[0].isdigit():

@@ -14,17 +14,24 @@ import logging
 import secrets
 import shutil
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sandboxctl.agentapi.models import AgentInfo, ClaimRequest, PoolStatus
+from sandboxctl.agentapi.models import AgentInfo, ClaimRequest, PoolStatus, TemplateBuild
+from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.model import PoolKey
+from sandboxctl.core.model import DEFAULT_NET, NETS, PoolKey
+from sandboxctl.core.netpolicy import NetworkPolicy
+from sandboxctl.core.templates import READY_TIMEOUT
+from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.bubblewrap import kill_uid
+from sandboxctl.sandboxd.deaths import DeathWatch
 from sandboxctl.sandboxd.errors import (
     AtCapacity,
     BadRequest,
@@ -33,6 +40,8 @@ from sandboxctl.sandboxd.errors import (
     StateDirInUse,
     UnknownTemplate,
 )
+from sandboxctl.sandboxd.events import EventLog
+from sandboxctl.sandboxd.network.sandboxes import Attachment, SandboxNetwork
 from sandboxctl.sandboxd.runtime import (
     SIZE_LIMITS,
     Identity,
@@ -42,12 +51,14 @@ from sandboxctl.sandboxd.runtime import (
     Size,
 )
 from sandboxctl.sandboxd.runtimedir import HOMES
-from sandboxctl.sandboxd.state import SandboxRecord, StateStore
+from sandboxctl.sandboxd.state import STATE_FILE, SandboxRecord, StateCorrupt, StateStore
+from sandboxctl.sandboxd.templates.catalog import Catalog, Served
+from sandboxctl.sandboxd.templates.startup import start_template
 from sandboxctl.sandboxd.uids import UidClaims
+from sandboxctl.sandboxd.usage import DEFAULT_INTERVAL, DEFAULT_RING, UsageSampler
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
-NETS = ("none", "egress")
 ON_EXPIRE = ("destroy", "pause")
 DEFAULT_TTL_SECONDS = 300
 MAX_TTL_SECONDS = 24 * 3600
@@ -57,6 +68,7 @@ BASE_TEMPLATE = "base"
 REFILL_RETRY_SECONDS = 1.0
 HOME_FILES = (".passwd", ".group", ".passwd.tmp", ".group.tmp")  # next to each home
 ORPHAN_KILL_TIMEOUT = 10.0
+ENDED_TOKENS = 4096  # tokens of claimed sandboxes that ended, kept for their holders
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +77,10 @@ class AgentSettings:
     advertise_addr: str
     state_dir: Path
     templates: Mapping[str, Path] = field(default_factory=dict)  # "base" is always "/"
+    # Every template built into this store is served too (sandboxd/templates/).
+    template_store: Path | None = None
+    host_root: bool = True  # serve the host's "/" as template "base"
+    ready_timeout: float = READY_TIMEOUT  # for a template's ready command (startup.py)
     max_sandboxes: int = 64
     pools: Mapping[PoolKey, int] = field(default_factory=dict)
     uid_base: int = 200_000
@@ -74,20 +90,31 @@ class AgentSettings:
     # Host-wide uid claims shared with the other agents of this host (see uids.py), held
     # by runtime_dir; None: uids are picked from uid_base up without asking anyone.
     uid_claims: Path | None = None
+    # Usage samples of each claimed sandbox (usage.py): how often, and how many kept.
+    usage_interval: float = DEFAULT_INTERVAL
+    usage_ring: int = DEFAULT_RING
 
 
 class Agent:
     """Thread-safe; the HTTP handlers call it from a thread pool."""
 
     def __init__(
-        self, settings: AgentSettings, runtime: Runtime, clock: Clock | None = None
+        self,
+        settings: AgentSettings,
+        runtime: Runtime,
+        clock: Clock | None = None,
+        network: SandboxNetwork | None = None,
     ) -> None:
+        """``network`` None: sandboxes get a network namespace with only ``lo`` and no
+        policy is enforced (the unsafe-process runtime has no namespaces at all)."""
         self.settings = settings
         self.runtime = runtime
+        self.network = network
+        self._addresses: set[str] = set()  # sandbox addresses in use or being started
         self.clock = clock or SystemClock()
         if BASE_TEMPLATE in settings.templates:
             raise BadRequest(f"template {BASE_TEMPLATE!r} is the host root and cannot be replaced")
-        self.templates = {BASE_TEMPLATE: Path("/"), **settings.templates}
+        self.templates = Catalog(settings.templates, settings.template_store, settings.host_root)
         self._lock_state_dir(settings.state_dir)
         runtime_dir = settings.runtime_dir or settings.state_dir
         self._homes = runtime_dir / HOMES
@@ -97,17 +124,28 @@ class Agent:
         self._old_homes = settings.state_dir / HOMES if runtime_dir != settings.state_dir else None
         self._in_old_homes: set[str] = set()
         self._claims = UidClaims(settings.uid_claims, runtime_dir) if settings.uid_claims else None
-        self._state = StateStore(settings.state_dir / "sandboxd.sqlite")
+        try:
+            self._state = StateStore(settings.state_dir / STATE_FILE)
+        except StateCorrupt:
+            self._lock_file.close()
+            raise
         self._lock = threading.RLock()
         self._records: dict[str, SandboxRecord] = {}
         self._warm: dict[PoolKey, list[str]] = {}
         self._starting: dict[PoolKey, int] = {}
         self._uids_in_use: set[int] = set()
+        self._skipped_uids: set[int] = set()  # taken by others when last tried (logged)
         self._targets: dict[PoolKey, int] = {}
         self._dead: list[SandboxRecord] = []  # forgotten under the lock, cleaned up off it
         self._refill_wanted = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._deaths = DeathWatch(self._died)  # watching from start()
+        self._ended_tokens: OrderedDict[str, str] = OrderedDict()  # of claimed ones gone
+        self.events = EventLog(now=self._now)
+        self.usage = UsageSampler(
+            self._claimed_specs, runtime, settings.usage_interval, settings.usage_ring, self._now
+        )
         self.set_pools(dict(settings.pools))
 
     def _lock_state_dir(self, state_dir: Path) -> None:
@@ -128,9 +166,11 @@ class Agent:
     def start(self) -> AdoptionReport:
         """Adopt what the last run left, then start the refill and reaper loops."""
         report = self.adopt()
+        self._deaths.start()
         for name, loop in (
             ("warm-pool refill", self._refill_loop),
             ("lease reaper", self._reap_loop),
+            ("usage sampler", lambda: self.usage.run(self._stopping)),
         ):
             thread = threading.Thread(target=_guarded(name, loop), name=name, daemon=True)
             thread.start()
@@ -143,7 +183,9 @@ class Agent:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        self._deaths.stop()
         self._refill_wanted.set()
+        self.usage.poke()
         for thread in self._threads:
             thread.join(timeout=30)
         try:
@@ -155,6 +197,8 @@ class Agent:
                         self._destroy(sandbox_id)
                     except Exception:
                         log.exception("could not destroy %s on exit", sandbox_id)
+            if self.network is not None:
+                self.network.stop(remove=destroy)
         finally:
             self._state.close()
             self._lock_file.close()
@@ -164,7 +208,9 @@ class Agent:
         cleaned: list[str] = []
         records = self._state.sandboxes()
         if self._old_homes is not None and self._old_homes.is_dir():
-            self._in_old_homes = {r.id for r in records if (self._old_homes / r.id).exists()}
+            self._in_old_homes = {
+                r.id for r in records if (self._old_homes / f"{r.id}.passwd").exists()
+            }
         for record in records:
             identity = Identity(record.pid, record.start_time, record.pid_namespace)
             if self.runtime.alive(identity):
@@ -188,6 +234,10 @@ class Agent:
                 cleaned.append(record.id)
         if adopted or cleaned:
             log.info("adopted %d sandboxes, cleaned up %d dead ones", len(adopted), len(cleaned))
+        if self.network is not None:  # re-attach each one's network, drop what others left
+            with self._lock:
+                attached = [_attachment(r) for r in self._records.values() if r.address]
+            self.network.start(attached)
         self._clean_leftovers()
         return AdoptionReport(tuple(adopted), tuple(cleaned))
 
@@ -228,6 +278,7 @@ class Agent:
                     log.warning("uid %d of no sandbox: %s", uid, error)
                 else:
                     self._claims.drop(uid)
+                    log.info("freed uid %d: claimed by this agent for no sandbox it knows", uid)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -253,6 +304,10 @@ class Agent:
                 at_capacity=len(claimed) >= self.settings.max_sandboxes,
                 runtime=self.runtime.name,
                 limits=self.runtime.limits_mode,
+                templates=tuple(sorted(self.templates)),
+                template_builds=tuple(
+                    _template_build(t) for t in self.templates.every() if t.build
+                ),
             )
 
     def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRecord]:
@@ -271,10 +326,15 @@ class Agent:
             return record
 
     def token_of(self, sandbox_id: str) -> str | None:
-        """A claimed sandbox's token, or None for an unknown id."""
+        """A claimed sandbox's token, or None for an unknown id. A claimed sandbox that
+        ended (released, expired, died) keeps its token here for a while, so its holder
+        learns that it is gone (404, envd's "not found") rather than that the token is
+        wrong (401)."""
         with self._lock:
             record = self._records.get(sandbox_id)
-            return record.token if record is not None and record.claimed else None
+            if record is not None and record.claimed:
+                return record.token
+            return self._ended_tokens.get(sandbox_id)
 
     def spec(self, record: SandboxRecord) -> SandboxSpec:
         return SandboxSpec(
@@ -282,11 +342,15 @@ class Agent:
             uid=record.uid,
             root=self.templates.get(record.template, Path("/")),
             home=self._home(record.id),
-            network=record.net == "egress",
             limits=SIZE_LIMITS[Size(record.size)],
             hostname=record.id.replace("_", "-"),
             env=record.env,
+            resolv_conf=self.network.resolv_conf if self.network is not None else None,
         )
+
+    def _claimed_specs(self) -> list[tuple[SandboxSpec, Identity]]:
+        with self._lock:
+            return [(self.spec(r), self.identity(r)) for r in self._records.values() if r.claimed]
 
     def identity(self, record: SandboxRecord) -> Identity:
         return Identity(record.pid, record.start_time, record.pid_namespace)
@@ -305,7 +369,8 @@ class Agent:
     # --- verbs -------------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest) -> SandboxRecord:
-        key = self._check_claim(request)
+        claimed = self._check_claim(request)
+        key = claimed.pool  # the claim's net is its policy, applied by _grant
         ttl = _ttl(request.ttl_seconds) or DEFAULT_TTL_SECONDS
         uid: int | None = None
         while uid is None:
@@ -313,8 +378,14 @@ class Agent:
                 sandbox_id = self._take_warm(key)
                 if sandbox_id is not None:
                     record = self._records[sandbox_id]
-                    self._grant(record, request, ttl)
-                    self._refill_wanted.set()
+                    try:
+                        self._grant(record, request, ttl)
+                    except RuntimeFailure:
+                        self._forget(sandbox_id)  # its policy could not be applied
+                        self._dead.append(record)
+                        raise
+                    finally:
+                        self._refill_wanted.set()
                     return record
                 evict = self._make_room()
                 if evict is None:
@@ -330,12 +401,35 @@ class Agent:
             with self._lock:
                 self._starting[key] -= 1
         with self._lock:
-            self._grant(record, request, ttl)  # claimed before it is indexed: never warm
+            try:
+                self._grant(record, request, ttl)  # claimed before it is indexed: never warm
+            except RuntimeFailure:
+                self._dead.append(record)
+                self._refill_wanted.set()
+                raise
             self._add(record)
+        return record
+
+    def set_network(self, sandbox_id: str, update: NetworkUpdate) -> SandboxRecord:
+        """Replace a claimed sandbox's egress rules; effective before this returns."""
+        try:
+            with self._lock:
+                record = self.get(sandbox_id)
+                changed = record.network.updated(update.internet, update.allow_out, update.deny_out)
+        except InvalidValueError as error:
+            raise BadRequest(str(error)) from None
+        if self.network is None:
+            raise BadRequest("network: this agent runs sandboxes without a network")
+        with self._lock:
+            self.network.apply(_attachment(record, changed))
+            record.network = changed
+            record.net = "egress" if changed.internet else "none"
+            self._state.put(record)
         return record
 
     def release(self, sandbox_id: str) -> None:
         self.get(sandbox_id)
+        self.events.record(sandbox_id, "sandbox killed")
         if not self._destroy(sandbox_id):
             raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
 
@@ -361,6 +455,7 @@ class Agent:
         with self._lock:
             record.hibernated = True
             self._state.put(record)
+        self.events.record(sandbox_id, "sandbox paused")
 
     def wake(self, sandbox_id: str) -> None:
         record = self.get(sandbox_id)
@@ -375,11 +470,17 @@ class Agent:
                 # reaper would pause it again at once.
                 record.deadline = now + record.ttl_seconds
             self._state.put(record)
+        self.events.record(sandbox_id, "sandbox resumed")
 
     def set_pools(self, targets: Mapping[PoolKey, int]) -> None:
         """Replace every warm target; a pool left out drains to zero."""
         for key, target in targets.items():
             self._check_key(key)
+            if key.net != DEFAULT_NET:
+                raise BadRequest(
+                    f"pools: {key}: net is not a pool dimension: every warm sandbox serves "
+                    "either net (the claim applies it); drop it"
+                )
             if target < 0:
                 raise BadRequest(f"pools: warm for {key} must not be negative")
         with self._lock:
@@ -418,6 +519,7 @@ class Agent:
                 done.append((record.id, "destroyed"))
         for sandbox_id, action in done:
             log.info("lease of %s expired: %s", sandbox_id, action)
+            self.events.record(sandbox_id, f"sandbox timed out: {action}", action=action)
         return done
 
     def refill_once(self) -> int:
@@ -506,14 +608,27 @@ class Agent:
 
     def _reserve(self, key: PoolKey) -> int:
         """Under the lock: count a start in progress and pick a host uid for it: the
-        lowest from uid_base up that this agent does not use and, with uid claims, that
-        no other agent claims and no process runs as."""
+        lowest from uid_base up that this agent does not use, that no process runs as
+        and, with uid claims, that no other agent claims."""
         self._starting[key] = self._starting.get(key, 0) + 1
         uid = self.settings.uid_base
-        while uid in self._uids_in_use or (self._claims is not None and not self._claims.take(uid)):
+        while uid in self._uids_in_use or not self._uid_free(uid):
             uid += 1
         self._uids_in_use.add(uid)
         return uid
+
+    def _uid_free(self, uid: int) -> bool:
+        """Under the lock: claim ``uid`` (with uid claims), or see that no process runs
+        as it; a uid found taken is logged once and skipped."""
+        claims = self._claims
+        free = claims.take(uid) if claims is not None else not procfs.pids_of_uid(uid)
+        if not free and uid not in self._skipped_uids:
+            self._skipped_uids.add(uid)
+            log.warning(
+                "uid %d is taken (another agent claims it, or a process runs as it): skipping it",
+                uid,
+            )
+        return free
 
     def _free_uid(self, uid: int) -> None:
         """A uid no sandbox of this agent has any more (destroyed, or never started)."""
@@ -536,11 +651,12 @@ class Agent:
 
     def _start_sandbox(self, key: PoolKey, uid: int) -> SandboxRecord:
         sandbox_id = "sb_" + secrets.token_hex(6)
+        address = self._take_address()
         record = SandboxRecord(
             id=sandbox_id,
             token="",
             template=key.template,
-            net=key.net,
+            net=DEFAULT_NET,
             size=key.size,
             uid=uid,
             pid=0,
@@ -555,13 +671,48 @@ class Agent:
             on_expire="destroy",
             hibernated=False,
             created_at=self._now(),
+            address=address,
         )
-        identity = self.runtime.start(self.spec(record))
+        try:
+            template = self.templates.served(key.template)
+            if template is None:  # removed from the store since the claim was checked
+                raise UnknownTemplate(f"template {key.template!r} is not served by this node")
+            spec = replace(self.spec(record), root=template.root)
+            identity = self.runtime.start(spec)
+            if self.network is not None:
+                try:
+                    self.network.attach(_attachment(record, pid=identity.pid))
+                except BaseException:
+                    self.runtime.destroy(self.spec(record), identity)
+                    raise
+            if template.start_cmd or template.ready_cmd:
+                self._start_template(record, spec, identity, template)
+        except BaseException:
+            with self._lock:
+                self._addresses.discard(address)
+            raise
         record.pid = identity.pid
         record.start_time = identity.start_time
         record.pid_namespace = identity.pid_namespace
         self._state.put(record)
+        self.events.record(sandbox_id, "sandbox created", template=key.template)
         return record
+
+    def _start_template(
+        self, record: SandboxRecord, spec: SandboxSpec, identity: Identity, template: Served
+    ) -> None:
+        """Its start command, then wait for its ready command; a sandbox that never gets
+        ready is destroyed (RuntimeFailure: the claim's 503, the refill's retry)."""
+        try:
+            start_template(
+                self.runtime, spec, identity, template, self.events, self.settings.ready_timeout
+            )
+        except BaseException:
+            if self.network is not None:
+                self.network.detach(record.id, record.address)
+            self.runtime.destroy(spec, identity)
+            self.events.gone(record.id)
+            raise
 
     def _grant(self, record: SandboxRecord, request: ClaimRequest, ttl: int) -> None:
         """Under the lock: hand a started sandbox to a claimant and persist it."""
@@ -575,21 +726,49 @@ class Agent:
         record.deadline = now + ttl
         record.claimed_at = now
         record.on_expire = request.on_expire
+        chosen = request.network or NetworkPolicy(internet=request.net == "egress")
+        if self.network is not None:
+            self.network.apply(_attachment(record, chosen))
+        record.network = chosen
+        record.net = "egress" if chosen.internet else DEFAULT_NET
         self._state.put(record)
+        self.events.record(record.id, "sandbox claimed", claim_ref=request.claim_ref or record.id)
+        self.usage.poke()
 
     def _add(self, record: SandboxRecord) -> None:
         self._records[record.id] = record
+        self._deaths.watch(record.id, self.identity(record))
         self._uids_in_use.add(record.uid)
+        if record.address:
+            self._addresses.add(record.address)
         if not record.claimed:
-            self._warm.setdefault(record.key, []).append(record.id)
+            self._warm.setdefault(record.key.pool, []).append(record.id)
 
     def _forget(self, sandbox_id: str) -> SandboxRecord | None:
         record = self._records.pop(sandbox_id, None)
         if record is not None:
-            ids = self._warm.get(record.key, [])
+            self._deaths.forget(sandbox_id)
+            if record.claimed:
+                self._ended_tokens[sandbox_id] = record.token
+                while len(self._ended_tokens) > ENDED_TOKENS:
+                    self._ended_tokens.popitem(last=False)
+            ids = self._warm.get(record.key.pool, [])
             if sandbox_id in ids:
                 ids.remove(sandbox_id)
         return record
+
+    def _died(self, sandbox_id: str) -> None:
+        """The death watch saw this sandbox's init exit: forget it now (reads answer 404,
+        envd "not found"), clean it up in the refill loop, off the watch's thread."""
+        with self._lock:
+            record = self._records.get(sandbox_id)
+            if record is None or self.runtime.alive(self.identity(record)):
+                return
+            self._forget(sandbox_id)
+            self._dead.append(record)
+        state = f"claimed by {record.claim_ref or 'a client'}" if record.claimed else "warm"
+        log.warning("sandbox %s (%s) died: its init exited; cleaning it up", sandbox_id, state)
+        self._refill_wanted.set()
 
     def _destroy(self, sandbox_id: str) -> bool:
         """Destroy one sandbox; False if another caller got there first."""
@@ -606,9 +785,27 @@ class Agent:
         # sandbox is dead, which the next start cleans up. A failed destroy keeps the row
         # and the uid, so the sandbox is retried at the next start instead of leaking.
         self.runtime.destroy(self.spec(record), identity)
+        if self.network is not None:
+            self.network.detach(record.id, record.address)
         self._state.delete(record.id)
+        self.events.gone(record.id)
         self._in_old_homes.discard(record.id)
         self._free_uid(record.uid)
+        with self._lock:
+            self._addresses.discard(record.address)
+
+    def _take_address(self) -> str:
+        """The lowest free sandbox address of the subnet ("" without a network)."""
+        if self.network is None:
+            return ""
+        subnet = self.network.subnet
+        with self._lock:
+            for index in range(subnet.capacity):
+                address = subnet.address(index)
+                if address not in self._addresses:
+                    self._addresses.add(address)
+                    return address
+        raise AtCapacity(f"node {self.settings.node}: no free address in {subnet}")
 
     def _now(self) -> float:
         return self.clock.now().timestamp()
@@ -633,6 +830,34 @@ class Agent:
 class AdoptionReport:
     adopted: tuple[str, ...]
     cleaned: tuple[str, ...]
+
+
+def _attachment(
+    record: SandboxRecord, policy: NetworkPolicy | None = None, pid: int | None = None
+) -> Attachment:
+    return Attachment(
+        record.id,
+        record.pid if pid is None else pid,
+        record.address,
+        record.network if policy is None else policy,
+    )
+
+
+def _template_build(template: Served) -> TemplateBuild:
+    assert template.build is not None
+    build = template.build
+    return TemplateBuild(
+        template=template.name,
+        digest=build.digest,
+        created_at=datetime.fromtimestamp(build.created_at, UTC),
+        size_bytes=build.size_bytes,
+        suite=build.suite,
+        packages=build.packages,
+        run=build.run,
+        build_seconds=build.build_seconds,
+        start_cmd=template.start_cmd,
+        ready_cmd=template.ready_cmd,
+    )
 
 
 def _ttl(ttl_seconds: int) -> int:

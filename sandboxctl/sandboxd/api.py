@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandboxctl.agentapi.errors import AgentAnswerError
 from sandboxctl.agentapi.models import (
@@ -36,27 +36,38 @@ from sandboxctl.agentapi.models import (
     RenewAnswer,
     RenewRequest,
     SandboxList,
+    SandboxLog,
     SandboxRow,
+    UsageSamples,
 )
+from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.app import PATH_PATTERN, create_envd_app
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.envd_host import AgentSandboxes
-from sandboxctl.sandboxd.errors import AgentRefusal, BadRequest, PayloadTooLarge, Unauthorized
+from sandboxctl.sandboxd.errors import (
+    AgentRefusal,
+    BadRequest,
+    NoSuchSandbox,
+    Unauthorized,
+)
+from sandboxctl.sandboxd.guestports import PATH as PORTS_PATH
+from sandboxctl.sandboxd.guestports import GuestPorts
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
+from sandboxctl.serving import BodyCap
 
 MAX_BODY_BYTES = 1 << 20
 ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
 
-Body = TypeVar("Body", ClaimRequest, RenewRequest, PoolsUpdate)
+Body = TypeVar("Body", ClaimRequest, RenewRequest, PoolsUpdate, NetworkUpdate)
 
 
 def create_app(agent: Agent, root_token: str | None) -> FastAPI:
-    metrics = AgentMetrics(agent.info)
+    metrics = AgentMetrics(agent.info, agent.usage)
     app = FastAPI(title="sandboxd", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics
 
@@ -132,6 +143,27 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         agent.wake(sandbox_id)
         return Response(status_code=204)
 
+    @app.get("/v1/sandboxes/{sandbox_id}/metrics", dependencies=as_root)
+    def sandbox_usage(
+        sandbox_id: str, start: float | None = None, end: float | None = None, latest: bool = False
+    ) -> dict[str, Any]:
+        agent.get(sandbox_id)  # 404 for an unknown or released sandbox
+        samples = agent.usage.samples(sandbox_id, start, end)
+        return UsageSamples(tuple(samples[-1:] if latest else samples)).to_json()
+
+    @app.get("/v1/sandboxes/{sandbox_id}/logs", dependencies=as_root)
+    def sandbox_log(sandbox_id: str) -> dict[str, Any]:
+        found = agent.events.events(sandbox_id)
+        if found is None:
+            raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
+        claim_ref, events = found
+        return SandboxLog(claim_ref, tuple(events)).to_json()
+
+    @app.put("/v1/sandboxes/{sandbox_id}/network", status_code=204, dependencies=as_root)
+    def set_network(sandbox_id: str, update: NetworkBody) -> Response:
+        agent.set_network(sandbox_id, update)
+        return Response(status_code=204)
+
     @app.put("/v1/pools", dependencies=as_root)
     def put_pools(update: PoolsBody) -> dict[str, Any]:
         targets: dict[PoolKey, int] = {}
@@ -149,7 +181,8 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     # envd streams large bodies both ways: it bypasses the body cap and the middleware
     envd = create_envd_app(AgentSandboxes(agent), may_act_on)
     app.state.envd = envd
-    return BodyLimit(app, envd=envd)  # type: ignore[return-value]
+    ports = GuestPorts(agent, may_act_on)
+    return BodyLimit(app, envd=envd, ports=ports)  # type: ignore[return-value]
 
 
 def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
@@ -167,6 +200,8 @@ def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
         cpu_count=limits.cpu_count,
         mem_total_bytes=limits.memory_bytes,
         token=record.token if with_token else None,
+        network=record.network if record.address else None,
+        address=record.address,
     )
 
 
@@ -183,7 +218,7 @@ def body_of(model: type[Body]) -> Callable[[Request], Awaitable[Body]]:
             raise BadRequest("the body must be JSON (Content-Type: application/json)")
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BadRequest("request body is not valid JSON") from None
         if not isinstance(value, dict):
             raise BadRequest("a JSON object body is required")
@@ -199,6 +234,7 @@ def body_of(model: type[Body]) -> Callable[[Request], Awaitable[Body]]:
 ClaimBody = Annotated[ClaimRequest, Depends(body_of(ClaimRequest))]
 RenewBody = Annotated[RenewRequest, Depends(body_of(RenewRequest))]
 PoolsBody = Annotated[PoolsUpdate, Depends(body_of(PoolsUpdate))]
+NetworkBody = Annotated[NetworkUpdate, Depends(body_of(NetworkUpdate))]
 
 
 def _time(timestamp: float | None) -> datetime | None:
@@ -285,68 +321,42 @@ def _counting(metrics: AgentMetrics) -> Callable[[Request, Handler], Awaitable[R
 
 
 class BodyLimit:
-    """Refuse request bodies over 1 MiB with 413, whether announced or streamed.
+    """Refuse request bodies over 1 MiB with 413, whether announced or streamed
+    (``serving.BodyCap``), except envd's and the guest ports', which stream.
 
     The body is read here, up to the cap, and replayed to the app: every route takes a
     small JSON body, so buffering costs nothing and the app never sees a cut-off stream.
     """
 
     def __init__(
-        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, envd: ASGIApp | None = None
+        self,
+        app: ASGIApp,
+        limit: int = MAX_BODY_BYTES,
+        envd: ASGIApp | None = None,
+        ports: ASGIApp | None = None,
     ) -> None:
         self.app = app
         self.limit = limit
         self.envd = envd
+        self.ports = ports
         self.state = getattr(app, "state", None)
+        self._capped = BodyCap(app, limit, _too_large)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and self.ports and PORTS_PATH.match(scope["path"]):
+            await self.ports(scope, receive, send)  # a guest port's WebSocket upgrade
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if self.envd is not None and ENVD_PATH.match(scope["path"]):
             await self.envd(scope, receive, send)
             return
-        too_large = PayloadTooLarge(f"request body over {self.limit} bytes")
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await _send_error(send, too_large)
+        if self.ports is not None and PORTS_PATH.match(scope["path"]):
+            await self.ports(scope, receive, send)  # streamed both ways, like envd
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _send_error(send, too_large)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self._capped(scope, receive, send)
 
 
-async def _send_error(send: Send, error: AgentRefusal) -> None:
-    body = json.dumps({"error": str(error)}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+def _too_large(limit: int) -> bytes:
+    return json.dumps({"error": f"request body over {limit} bytes"}).encode()

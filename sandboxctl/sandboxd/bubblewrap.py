@@ -7,9 +7,11 @@ How a sandbox starts (``launch_command``), as root, for uid ``UID``::
       [prlimit --nproc=N:N --as=BYTES:BYTES --]                    # rlimit mode only
       setpriv --reuid=UID --regid=UID --clear-groups -- \\
       bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --unshare-uts \\
-            [--unshare-net] --unshare-cgroup-try --hostname NAME \\
-            --ro-bind ROOT / --proc /proc --dev /dev [--tmpfs /run] \\
-            --size TMP_BYTES --tmpfs /tmp --tmpfs /home --bind HOME /home/user \\
+            --unshare-net --unshare-cgroup-try --hostname NAME \\
+            --ro-bind ROOT / --proc /proc --dev /dev \\
+            --size TMP_BYTES --tmpfs /dev/shm --remount-ro /dev [--size 1M --tmpfs /run] \\
+            --size TMP_BYTES --tmpfs /tmp \\
+            --tmpfs /home --perms 0700 --size HOME_BYTES --tmpfs /home/user --remount-ro /home \\
             --ro-bind HOME.passwd /etc/passwd --ro-bind HOME.group /etc/group \\
             --chdir /home/user --setenv HOME /home/user --new-session --info-fd I -- \\
             /bin/sh -c 'printf R; exec sleep infinity >/dev/null'
@@ -20,12 +22,14 @@ not a numbered fd: dash accepts only single-digit fds in redirections).
 bwrap itself runs as the sandbox uid, never as root: its user namespace maps only
 ``UID`` to itself, so every process of the sandbox is ``UID`` on the host, has no
 capabilities (CapEff 0), runs with NoNewPrivs and cannot create further user
-namespaces. It sees its own pids only, its own /tmp (a tmpfs of ``tmp_bytes``), an empty
-/home with just its home in it, the read-only ROOT elsewhere, and with ``network=False``
-a network namespace holding only ``lo``. ``--tmpfs /run`` hides the host's sockets in
-/run (a read-only bind does not stop ``connect`` on a unix socket). What stays visible:
-the rest of the host filesystem read-only (when ROOT is "/") under normal permissions,
-including a read-only /sys.
+namespaces. It sees its own pids only, its own /tmp and /dev/shm (tmpfs of ``tmp_bytes``),
+a read-only /home with just its home in it (a tmpfs of ``home_bytes``: every place it can
+write is bounded, and none of it is on the host's disk), the read-only ROOT elsewhere,
+and a network namespace of its own holding only ``lo`` (the agent's network adds a veth,
+see ``network/``).
+``--tmpfs /run`` hides the host's sockets in /run (a read-only bind does not stop
+``connect`` on a unix socket). What stays visible: the rest of the host filesystem
+read-only (when ROOT is "/") under normal permissions, including a read-only /sys.
 
 The launcher (the outer bwrap) stays our child and waits for the sandbox's init (the
 inner bwrap, pid 1 of the namespace = ``Identity.pid``); the runtime reaps it when it
@@ -59,7 +63,7 @@ from pathlib import Path
 
 from sandboxctl.envd.host import SANDBOX_HOME, SANDBOX_USER
 from sandboxctl.sandboxd import procfs
-from sandboxctl.sandboxd.cgroups import Cgroups, join_command
+from sandboxctl.sandboxd.cgroups import Cgroups, CgroupUsage, join_command
 from sandboxctl.sandboxd.runtime import Identity, Limits, RuntimeFailure, SandboxSpec
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -68,6 +72,9 @@ STOP_TIMEOUT = 10.0
 FREEZE_TIMEOUT = 5.0
 READY_SCRIPT = "printf R; exec sleep infinity >/dev/null"  # stdout: the readiness pipe
 FAILED_TO_ENTER = 125  # exit status of an enter command that found no sandbox to enter
+RUN_BYTES = 1 << 20  # /run: a few pid and lock files at most
+# What a template's root must hold for bwrap to mount over (or bind onto) it.
+MOUNT_POINTS = ("proc", "dev", "tmp", "home", "etc/passwd", "etc/group")
 
 INSTALL_HINTS = {
     "bwrap": "install bubblewrap: apt-get install bubblewrap",
@@ -117,6 +124,34 @@ def prlimit_args(prlimit: str, limits: Limits) -> list[str]:
     ]
 
 
+def _resolv_conf_bind(spec: SandboxSpec) -> list[str]:
+    if spec.resolv_conf is None:
+        return []
+    return ["--ro-bind", str(spec.resolv_conf), "/etc/resolv.conf"]
+
+
+def _scratch_mounts(spec: SandboxSpec) -> list[str]:
+    """Every writable tmpfs but the home, each of a bounded size: /tmp and /dev/shm of
+    ``tmp_bytes``, /run (hiding the host's sockets there) of RUN_BYTES; /dev itself is
+    read-only (its device nodes stay usable: they are bind mounts of their own)."""
+    run = ["--size", str(RUN_BYTES), "--tmpfs", "/run"] if (spec.root / "run").is_dir() else []
+    return [
+        "--dev",
+        "/dev",
+        "--size",
+        str(spec.limits.tmp_bytes),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        *run,
+        "--size",
+        str(spec.limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
+
+
 def passwd_paths(spec: SandboxSpec) -> tuple[Path, Path]:
     """The sandbox's /etc/passwd and /etc/group on the host, next to its home."""
     return (
@@ -126,11 +161,12 @@ def passwd_paths(spec: SandboxSpec) -> tuple[Path, Path]:
 
 
 def prepare_home(spec: SandboxSpec) -> None:
-    """Create the host home (0700, owned by the uid) and the passwd and group files.
+    """Write the sandbox's passwd and group files next to where its host home would be
+    (the home itself is a tmpfs inside the sandbox, see ``_home_mounts``).
 
-    The home's parent must already exist and be traversable by the uid (e.g. 0711).
+    The directory must already exist and be traversable by the uid (e.g. 0711).
     """
-    make_home(spec)
+    _check_home(spec)
     passwd, group = passwd_paths(spec)
     nobody = "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     _write_private(
@@ -143,6 +179,14 @@ def prepare_home(spec: SandboxSpec) -> None:
 
 def make_home(spec: SandboxSpec) -> None:
     """Create the host home directory if missing: 0700, owned by the sandbox uid."""
+    _check_home(spec)
+    with contextlib.suppress(FileExistsError):
+        spec.home.mkdir(mode=0o700)
+    os.chown(spec.home, spec.uid, spec.uid)
+    spec.home.chmod(0o700)
+
+
+def _check_home(spec: SandboxSpec) -> None:
     if spec.uid <= 0:
         raise RuntimeFailure(f"sandbox {spec.id}: refusing uid {spec.uid} (must be > 0)")
     if not spec.home.is_absolute():
@@ -151,10 +195,6 @@ def make_home(spec: SandboxSpec) -> None:
         raise RuntimeFailure(f"sandbox {spec.id}: {spec.home.parent} does not exist")
     if spec.home.is_symlink():
         raise RuntimeFailure(f"sandbox {spec.id}: home {spec.home} is a symlink")
-    with contextlib.suppress(FileExistsError):
-        spec.home.mkdir(mode=0o700)
-    os.chown(spec.home, spec.uid, spec.uid)
-    spec.home.chmod(0o700)
 
 
 def remove_home(spec: SandboxSpec) -> None:
@@ -318,6 +358,16 @@ class BubblewrapRuntime:
         """How limits are enforced here: "cgroup-v1" or "rlimit"."""
         return "cgroup-v1" if self._use_cgroups else "rlimit"
 
+    def usage(self, spec: SandboxSpec) -> CgroupUsage | None:
+        """What the sandbox's cgroups count; None in rlimit mode (the caller counts by
+        uid) or when they are gone."""
+        if not self._use_cgroups:
+            return None
+        try:
+            return self._cgroups.usage(spec.id)
+        except (OSError, ValueError):
+            return None
+
     @property
     def freeze_mode(self) -> str:
         """How ``freeze`` stops a sandbox: "cgroup-v2", "cgroup-v1" or "signals"."""
@@ -376,7 +426,7 @@ class BubblewrapRuntime:
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
-            *([] if spec.network else ["--unshare-net"]),
+            "--unshare-net",
             "--unshare-cgroup-try",
             "--hostname",
             spec.hostname,
@@ -385,24 +435,15 @@ class BubblewrapRuntime:
             "/",
             "--proc",
             "/proc",
-            "--dev",
-            "/dev",
-            *(["--tmpfs", "/run"] if (spec.root / "run").is_dir() else []),
-            "--size",
-            str(spec.limits.tmp_bytes),
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/home",
-            "--bind",
-            str(spec.home),
-            SANDBOX_HOME,
+            *_scratch_mounts(spec),
+            *self._home_mounts(spec),
             "--ro-bind",
             str(passwd),
             "/etc/passwd",
             "--ro-bind",
             str(group),
             "/etc/group",
+            *_resolv_conf_bind(spec),
             "--chdir",
             SANDBOX_HOME,
             "--setenv",
@@ -424,8 +465,29 @@ class BubblewrapRuntime:
             "--",
         ]
         if self._use_cgroups:
-            return join_command(self._cgroups.procs_files(spec.id), [*setpriv, *bwrap])
+            return join_command(
+                self._cgroups.procs_files(spec.id),
+                [*setpriv, *bwrap],
+                best_effort=self._cgroups.accounting_files(spec.id),
+            )
         return [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *bwrap]
+
+    def _home_mounts(self, spec: SandboxSpec) -> list[str]:
+        """/home/user: a tmpfs of the size class's ``home_bytes``, the sandbox's own
+        (0700), in an otherwise empty, read-only /home. It lives in the sandbox's mount
+        namespace, so it goes with the sandbox; its pages count against its memory."""
+        return [
+            "--tmpfs",
+            "/home",
+            "--perms",
+            "0700",
+            "--size",
+            str(spec.limits.home_bytes),
+            "--tmpfs",
+            SANDBOX_HOME,
+            "--remount-ro",
+            "/home",
+        ]
 
     def start(self, spec: SandboxSpec) -> Identity:
         self._launchers.reap()
@@ -585,7 +647,10 @@ class BubblewrapRuntime:
         )
         if self._use_cgroups:
             return join_command(
-                self._cgroups.procs_files(spec.id), [*setpriv, *nsenter], guard=guard
+                self._cgroups.procs_files(spec.id),
+                [*setpriv, *nsenter],
+                guard=guard,
+                best_effort=self._cgroups.accounting_files(spec.id),
             )
         limited = [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *nsenter]
         return join_command([], limited, guard=guard)
@@ -639,7 +704,7 @@ class BubblewrapRuntime:
     def _check_root(self, spec: SandboxSpec) -> None:
         if not spec.root.is_absolute() or not spec.root.is_dir():
             raise RuntimeFailure(f"sandbox {spec.id}: root {spec.root} is not a directory")
-        for inside in ("proc", "dev", "tmp", "home", "etc/passwd", "etc/group"):
+        for inside in MOUNT_POINTS:
             if not os.path.lexists(spec.root / inside):
                 raise RuntimeFailure(
                     f"sandbox {spec.id}: root {spec.root} lacks /{inside}, needed as a mount point"

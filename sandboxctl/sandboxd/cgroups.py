@@ -7,12 +7,16 @@ Layout, for sandbox ``ID`` and parent ``sandboxctl``::
     /sys/fs/cgroup/cpu/sandboxctl/ID       cpu.cfs_quota_us = cpus * cpu.cfs_period_us
     /sys/fs/cgroup/freezer/sandboxctl/ID   freezer.state (used when there is no v2 freezer)
     /sys/fs/cgroup/unified/sandboxctl/ID   cgroup.freeze, cgroup.kill (v2, no controllers)
+    /sys/fs/cgroup/cpuacct/sandboxctl/ID   cpuacct.usage: CPU time, for the usage samples
 
 Memory and pids are required; cpu, the v1 freezer and the v2 directory are used when
 the host has them (at least one freezer is required). Every process of a sandbox is
 born inside these cgroups: the launcher is a shell that writes its own pid into each
 ``cgroup.procs`` and then execs the real command (:func:`join_command`), so no process
 ever runs outside them, and a sandbox uid cannot move itself out (the files are root's).
+
+The cpuacct group only counts (see :meth:`Cgroups.usage`): joining it is best effort, so
+a sandbox started before it existed (adopted from an older agent) still runs commands.
 
 A pure cgroup v2 host (no v1 hierarchies) is not supported yet: the runtime then falls
 back to rlimits.
@@ -27,6 +31,7 @@ import os
 import shlex
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandboxctl.sandboxd import procfs
@@ -35,7 +40,18 @@ from sandboxctl.sandboxd.runtime import Limits, RuntimeFailure
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 REQUIRED_V1 = ("memory", "pids")
 OPTIONAL_V1 = ("cpu", "freezer")
+ACCOUNTING = "cpuacct"
 UNIFIED = "unified"
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupUsage:
+    """What a sandbox's cgroups have counted: CPU time (None without cpuacct), memory in
+    use without the reclaimable page cache, and that cache."""
+
+    cpu_ns: int | None
+    memory_bytes: int
+    cache_bytes: int
 
 
 class Cgroups:
@@ -48,6 +64,7 @@ class Cgroups:
         self.parent = parent
         self._controllers: tuple[str, ...] | None = None
         self._unified = False
+        self._accounting = False
         self.reason = ""  # why cgroups are unavailable, once detected
 
     # --- detection -----------------------------------------------------------------------
@@ -83,6 +100,11 @@ class Cgroups:
         if not self._unified and "freezer" not in found:
             self.reason = "neither a cgroup v2 freezer nor a v1 freezer hierarchy"
             return ()
+        accounting = self.root / ACCOUNTING
+        if (accounting / "cgroup.procs").is_file():
+            with contextlib.suppress(OSError):
+                (accounting / self.parent).mkdir(exist_ok=True)
+                self._accounting = True
         return tuple(found)
 
     @property
@@ -113,6 +135,25 @@ class Cgroups:
     def procs_files(self, sandbox_id: str) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs(sandbox_id)]
 
+    def accounting_files(self, sandbox_id: str) -> list[Path]:
+        """The ``cgroup.procs`` a process joins at best (see :func:`join_command`)."""
+        if not self.available() or not self._accounting:
+            return []
+        return [self.path(ACCOUNTING, sandbox_id) / "cgroup.procs"]
+
+    def usage(self, sandbox_id: str) -> CgroupUsage:
+        """What the sandbox's cgroups count now; OSError when they are gone."""
+        memory = self.path("memory", sandbox_id)
+        stat = _stat(memory / "memory.stat")
+        used = int((memory / "memory.usage_in_bytes").read_text())
+        cache = stat.get("total_cache", stat.get("cache", 0))
+        inactive = stat.get("total_inactive_file", stat.get("inactive_file", 0))
+        cpu_ns = None
+        if self._accounting:
+            with contextlib.suppress(OSError, ValueError):
+                cpu_ns = int((self.path(ACCOUNTING, sandbox_id) / "cpuacct.usage").read_text())
+        return CgroupUsage(cpu_ns, max(0, used - inactive), cache)
+
     # --- lifecycle -----------------------------------------------------------------------
 
     def create(self, sandbox_id: str, limits: Limits) -> None:
@@ -121,6 +162,9 @@ class Cgroups:
             raise RuntimeFailure(f"cgroups are unavailable: {self.reason}")
         for d in self.dirs(sandbox_id):
             d.mkdir(exist_ok=True)
+        if self._accounting:
+            with contextlib.suppress(OSError):  # counting only: never fails a start
+                self.path(ACCOUNTING, sandbox_id).mkdir(exist_ok=True)
         memory = self.path("memory", sandbox_id)
         memsw = memory / "memory.memsw.limit_in_bytes"
         if memsw.exists():  # the kernel wants memory <= memory+swap at every step
@@ -183,6 +227,9 @@ class Cgroups:
     def remove(self, sandbox_id: str, timeout: float) -> None:
         """Kill what is left, wait until the cgroups are empty, remove them (idempotent)."""
         existing = [d for d in self.dirs(sandbox_id) if d.is_dir()]
+        accounting = self.path(ACCOUNTING, sandbox_id)
+        if self._accounting and accounting.is_dir():
+            existing.append(accounting)
         if not existing:
             return
         self.thaw(sandbox_id)
@@ -203,19 +250,25 @@ class Cgroups:
                 raise RuntimeFailure(f"cannot remove cgroup {d}: still busy")
 
 
-def join_command(procs_files: Sequence[Path], argv: Sequence[str], guard: str = "") -> list[str]:
+def join_command(
+    procs_files: Sequence[Path],
+    argv: Sequence[str],
+    guard: str = "",
+    best_effort: Sequence[Path] = (),
+) -> list[str]:
     """A command line that puts itself into every given cgroup, then execs ``argv``.
 
     ``guard`` is an optional shell snippet run first (it should ``exit`` to refuse). The
     command exits 125 without running ``argv`` if any cgroup cannot be joined (e.g. the
-    sandbox was destroyed and its cgroups removed).
+    sandbox was destroyed and its cgroups removed); a ``best_effort`` one it may miss.
     """
-    if not procs_files and not guard:
+    if not procs_files and not guard and not best_effort:
         return list(argv)
     steps = [guard] if guard else []
     if procs_files:
         joins = " && ".join(f"echo $$ >{shlex.quote(str(p))}" for p in procs_files)
         steps.append(f"{{ {joins}; }} || exit 125")
+    steps += [f"{{ echo $$ >{shlex.quote(str(p))}; }} 2>/dev/null" for p in best_effort]
     script = "; ".join([*steps, 'exec "$@"'])
     return ["/bin/sh", "-c", script, "sandboxctl-join", *argv]
 
@@ -226,6 +279,11 @@ def _write(path: Path, value: object) -> None:
         os.write(fd, str(value).encode())
     finally:
         os.close(fd)
+
+
+def _stat(path: Path) -> dict[str, int]:
+    pairs = (line.split() for line in path.read_text().splitlines())
+    return {p[0]: int(p[1]) for p in pairs if len(p) == 2 and p[1].isdigit()}
 
 
 def _events(d: Path) -> dict[str, str]:

@@ -12,7 +12,8 @@ from sandboxctl.envd.host import RunningSandbox, SandboxUnavailable
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.errors import NoSuchSandbox
-from sandboxctl.sandboxd.runtime import Identity, Runtime, SandboxSpec
+from sandboxctl.sandboxd.events import EventLog
+from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,10 @@ class AgentSandboxes:
         if record.hibernated:
             raise SandboxUnavailable(sandbox_id, paused=True)
         return RuntimeSandbox(
-            self.agent.spec(record), self.agent.identity(record), self.agent.runtime
+            self.agent.spec(record),
+            self.agent.identity(record),
+            self.agent.runtime,
+            self.agent.events,
         )
 
 
@@ -38,17 +42,24 @@ class RuntimeSandbox:
     spec: SandboxSpec
     identity: Identity
     runtime: Runtime
+    events: EventLog
 
     @property
     def id(self) -> str:
         return self.spec.id
+
+    def log(self, message: str, level: str = "info", **fields: str) -> None:
+        self.events.record(self.spec.id, message, level, **fields)
 
     @property
     def env(self) -> Mapping[str, str]:
         return self.spec.env
 
     def enter_command(self, argv: Sequence[str]) -> list[str]:
-        return self.runtime.enter_command(self.spec, self.identity, argv)
+        try:
+            return self.runtime.enter_command(self.spec, self.identity, argv)
+        except RuntimeFailure:  # its init is gone: dead, and not yet cleaned up
+            raise SandboxUnavailable(self.spec.id) from None
 
     def process_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         return sandbox_env(extra)

@@ -1,20 +1,22 @@
-"""Prometheus metrics of one agent: request counts per route, and the pools at scrape time."""
+"""Prometheus metrics of one agent: request counts per route, the pools at scrape time, each
+claimed sandbox's newest usage sample, and what sampling costs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sandboxctl.agentapi.models import AgentInfo
+from sandboxctl.sandboxd.usage import UsageSampler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class AgentMetrics:
-    def __init__(self, info: Callable[[], AgentInfo]) -> None:
+    def __init__(self, info: Callable[[], AgentInfo], usage: UsageSampler | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "sandboxd_requests_total",
@@ -23,6 +25,8 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.registry.register(_PoolCollector(info))
+        if usage is not None:
+            self.registry.register(_UsageCollector(usage))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -50,3 +54,47 @@ class _PoolCollector(Collector):
             "sandboxd_hibernated", "Claimed sandboxes that are paused.", value=info.hibernated
         )
         yield GaugeMetricFamily("sandboxd_capacity", "Claim capacity.", value=info.capacity)
+
+
+class _UsageCollector(Collector):
+    """Each claimed sandbox's newest usage sample, and the sampler's own cost."""
+
+    def __init__(self, usage: UsageSampler) -> None:
+        self._usage = usage
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        labels = ["sandbox"]
+        gauges = {
+            "cpu_used_pct": GaugeMetricFamily(
+                "sandboxd_sandbox_cpu_used_percent",
+                "CPU use over the last sampling interval, in percent of the sandbox's CPUs.",
+                labels=labels,
+            ),
+            "mem_used": GaugeMetricFamily(
+                "sandboxd_sandbox_memory_used_bytes",
+                "Memory in use, without reclaimable page cache.",
+                labels=labels,
+            ),
+            "mem_cache": GaugeMetricFamily(
+                "sandboxd_sandbox_memory_cache_bytes", "Page cache.", labels=labels
+            ),
+            "mem_total": GaugeMetricFamily(
+                "sandboxd_sandbox_memory_limit_bytes", "Memory limit.", labels=labels
+            ),
+            "disk_used": GaugeMetricFamily(
+                "sandboxd_sandbox_disk_used_bytes", "Disk the home directory takes.", labels=labels
+            ),
+        }
+        for sandbox_id, sample in sorted(self._usage.latest().items()):
+            for name, family in gauges.items():
+                family.add_metric([sandbox_id], getattr(sample, name))
+        yield from gauges.values()
+        cost = self._usage.cost
+        yield CounterMetricFamily(
+            "sandboxd_usage_samples", "Usage samples taken.", value=cost.samples
+        )
+        yield CounterMetricFamily(
+            "sandboxd_usage_sampling_cpu_seconds",
+            "CPU time the usage sampler spent.",
+            value=cost.cpu_ns / 1e9,
+        )

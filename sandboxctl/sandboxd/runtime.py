@@ -28,13 +28,34 @@ class Limits:
     cpu_count: int
     memory_bytes: int
     max_processes: int
-    tmp_bytes: int
+    tmp_bytes: int  # /tmp, and /dev/shm as much again
+    home_bytes: int  # /home/user
 
 
+# The writable tmpfs (home, /tmp, /dev/shm) are memory: together at most the memory limit,
+# so a full home ends in ENOSPC, not in the memory cgroup's OOM killer.
 SIZE_LIMITS: Mapping[Size, Limits] = {
-    Size.SMALL: Limits(cpu_count=1, memory_bytes=512 << 20, max_processes=256, tmp_bytes=64 << 20),
-    Size.MEDIUM: Limits(cpu_count=2, memory_bytes=2 << 30, max_processes=512, tmp_bytes=256 << 20),
-    Size.LARGE: Limits(cpu_count=4, memory_bytes=8 << 30, max_processes=1024, tmp_bytes=1 << 30),
+    Size.SMALL: Limits(
+        cpu_count=1,
+        memory_bytes=512 << 20,
+        max_processes=256,
+        tmp_bytes=64 << 20,
+        home_bytes=256 << 20,
+    ),
+    Size.MEDIUM: Limits(
+        cpu_count=2,
+        memory_bytes=2 << 30,
+        max_processes=512,
+        tmp_bytes=256 << 20,
+        home_bytes=1 << 30,
+    ),
+    Size.LARGE: Limits(
+        cpu_count=4,
+        memory_bytes=8 << 30,
+        max_processes=1024,
+        tmp_bytes=1 << 30,
+        home_bytes=4 << 30,
+    ),
 }
 
 
@@ -46,9 +67,11 @@ class SandboxSpec:
     uid: int
     root: Path  # read-only root: "/" for the base template, or a template directory
     home: Path  # host directory bound at /home/user, owned by ``uid``
-    network: bool  # False: a network namespace with only loopback (net=none)
     limits: Limits
     hostname: str = "sandbox"
+    # Every sandbox has a network namespace of its own (only ``lo`` until the agent's
+    # network gives it a veth); this file, when set, is bound over its /etc/resolv.conf.
+    resolv_conf: Path | None = None
     # The claim's env vars, which envd sets for the commands it starts (under each
     # request's own). Runtimes do not read it: a warm sandbox starts before its claim.
     env: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import stat
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,19 +99,51 @@ def check_root(root: Path) -> None:
     """Refuse (ConfigurationError) a runtime root that sandbox uids cannot traverse or
     that someone other than root could change; the directories still missing are made
     safe by :func:`prepare`. Writes nothing."""
-    real = root.resolve()
+    problem = shared_path_problem(root)
+    if problem:
+        raise ConfigurationError(
+            f"--runtime-root {root}: {problem}; pick a runtime root that every uid may "
+            f"traverse and only root may write (--runtime-root or {RUNTIME_ROOT_ENV}; "
+            f"default {DEFAULT_RUNTIME_ROOT})"
+        )
+
+
+def shared_path_problem(path: Path) -> str | None:
+    """Why ``path`` is no place for what sandbox uids read (the first directory from
+    ``/`` down to it that is not root's, that others cannot traverse, or that others may
+    write), or None; directories still missing are not judged."""
+    real = path.resolve()
     for directory in (*reversed(real.parents), real):
         try:
             info = directory.stat()
         except FileNotFoundError:
-            return
+            return None
         problem = _unsafe(directory, info, last=directory == real)
         if problem:
-            raise ConfigurationError(
-                f"--runtime-root {root}: {problem}; pick a runtime root that every uid may "
-                f"traverse and only root may write (--runtime-root or {RUNTIME_ROOT_ENV}; "
-                f"default {DEFAULT_RUNTIME_ROOT})"
-            )
+            return problem
+    return None
+
+
+def check_reach(runtime: RuntimeDir, uid: int) -> None:
+    """Refuse (ConfigurationError, the line ``check_root`` gives) a runtime dir that
+    ``uid``, the first sandbox uid, cannot traverse after all: modes are not all that
+    decides (a directory whose group is that uid's, an ACL, a security module). Asked of
+    the kernel, as that uid, with no supplementary groups."""
+    probe = subprocess.run(
+        ["test", "-x", str(runtime.path)],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise ConfigurationError(
+            f"--runtime-root {runtime.root}: sandbox uids cannot traverse {runtime.path} "
+            f"(uid {uid} was refused); pick a runtime root that every uid may traverse and "
+            f"only root may write (--runtime-root or {RUNTIME_ROOT_ENV}; default "
+            f"{DEFAULT_RUNTIME_ROOT})"
+        )
 
 
 def prepare(runtime: RuntimeDir) -> None:

@@ -16,8 +16,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sandboxctl.agentapi.network import policy_from_json, policy_json
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.model import PoolKey
+from sandboxctl.core.netpolicy import NetworkPolicy
 
+STATE_FILE = "sandboxd.sqlite"  # in the state dir
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -38,12 +42,18 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     on_expire TEXT NOT NULL,
     hibernated INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    env TEXT NOT NULL DEFAULT '{}'
+    env TEXT NOT NULL DEFAULT '{}',
+    address TEXT NOT NULL DEFAULT '',
+    network TEXT NOT NULL DEFAULT '{}'
 );
 """
 # Columns added after the first release, with their definitions: a database written by an
 # older agent gets them when it is opened.
-_ADDED_COLUMNS = {"env": "TEXT NOT NULL DEFAULT '{}'"}
+_ADDED_COLUMNS = {
+    "env": "TEXT NOT NULL DEFAULT '{}'",
+    "address": "TEXT NOT NULL DEFAULT ''",
+    "network": "TEXT NOT NULL DEFAULT '{}'",
+}
 
 
 @dataclass(slots=True)
@@ -71,9 +81,13 @@ class SandboxRecord:
     # The claim's environment variables, for every process envd starts in the sandbox.
     # Values may be secrets: the agent's API never returns them.
     env: dict[str, str] = field(default_factory=dict)
+    # Its address in the agent's sandbox subnet ("" without a network) and its policy.
+    address: str = ""
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
 
     @property
     def key(self) -> PoolKey:
+        """The claim's key: ``net`` is the claim's (a warm one is ``none``)."""
         return PoolKey(self.template, self.net, self.size)
 
 
@@ -94,15 +108,23 @@ class StateStore:
         for owned in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm"))):
             with contextlib.suppress(FileNotFoundError):
                 owned.chmod(0o600)  # a database from before this rule
+        self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(sandboxes)")}
-        for name, definition in _ADDED_COLUMNS.items():
-            if name not in present:
-                self._db.execute(f"ALTER TABLE sandboxes ADD COLUMN {name} {definition}")
+        try:
+            [(verdict, *_), *_] = self._db.execute("PRAGMA quick_check").fetchall()
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(verdict)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(sandboxes)")}
+            for name, definition in _ADDED_COLUMNS.items():
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE sandboxes ADD COLUMN {name} {definition}")
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise StateCorrupt(path, str(error)) from None
 
     def close(self) -> None:
         with self._lock:
@@ -122,14 +144,32 @@ class StateStore:
             self._db.execute("DELETE FROM sandboxes WHERE id = ?", (sandbox_id,))
 
     def sandboxes(self) -> list[SandboxRecord]:
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {','.join(_COLUMNS)} FROM sandboxes ORDER BY created_at, id"
-            ).fetchall()
-        return [_from_row(row) for row in rows]
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {','.join(_COLUMNS)} FROM sandboxes ORDER BY created_at, id"
+                ).fetchall()
+            return [_from_row(row) for row in rows]
+        except (sqlite3.DatabaseError, ValueError, TypeError, KeyError) as error:
+            raise StateCorrupt(self.path, f"a row does not read: {error}") from None
+
+
+class StateCorrupt(ConfigurationError):
+    """The state database cannot be read: the agent refuses to start (exit 2) rather
+    than forget the sandboxes it holds; ``--recover`` moves it aside (recovery.py)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = path
+        super().__init__(
+            f"the state database {path} cannot be read ({problem}); the sandboxes it "
+            "held may still run, unmanaged: start once with --recover to move it aside "
+            "and destroy them"
+        )
 
 
 def _to_column(value: Any) -> Any:
+    if isinstance(value, NetworkPolicy):
+        value = policy_json(value)
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     if isinstance(value, bool):
@@ -141,6 +181,7 @@ def _from_row(row: tuple[Any, ...]) -> SandboxRecord:
     values = dict(zip(_COLUMNS, row, strict=True))
     values["metadata"] = json.loads(values["metadata"])
     values["env"] = json.loads(values["env"])
+    values["network"] = policy_from_json(json.loads(values["network"]), "network", strict=False)
     values["claimed"] = bool(values["claimed"])
     values["hibernated"] = bool(values["hibernated"])
     return SandboxRecord(**values)

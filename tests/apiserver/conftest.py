@@ -12,8 +12,9 @@ from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
-from tests.apiserver.helpers import serving
+from tests.apiserver.helpers import AUTH, KUBE_TOKENS, serving
 from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
+from tests.kubeapi.double import kube  # noqa: F401  (the Kubernetes API double)
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 GROUP_PATH = "/apis/agents.x-k8s.io/v1beta1"
@@ -72,7 +73,7 @@ def store(source: MemoryInventorySource, clock: ManualClock) -> SandboxStore:
 @pytest.fixture
 def client(store: SandboxStore) -> Iterator[httpx.Client]:
     with (
-        serving(create_kube_app(store, watch_interval=0.02)) as url,
-        httpx.Client(base_url=url, timeout=10) as http,
+        serving(create_kube_app(store, KUBE_TOKENS, watch_interval=0.02)) as url,
+        httpx.Client(base_url=url, headers=AUTH, timeout=10) as http,
     ):
         yield http

@@ -2,27 +2,64 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import queue
+import shutil
 import socket
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 
+from sandboxctl.apiserver.auth import ALL_NAMESPACES, KubeTokens
+from sandboxctl.fleet.certificate import fleet_certificate
+from sandboxctl.serving import Tls
 from tests.sandboxd.servers import wait_until
+
+# The Sandbox API's test token: every namespace. Stacks serve the API with KUBE_TOKENS,
+# and clients send AUTH (kubeconfigs carry KUBE_TOKEN).
+KUBE_TOKEN = "kube-test-token"
+KUBE_TOKENS = KubeTokens({KUBE_TOKEN: frozenset({ALL_NAMESPACES})})
+AUTH = {"Authorization": f"Bearer {KUBE_TOKEN}"}
+
+
+@functools.cache
+def kube_tls() -> Tls:
+    """A self-signed certificate for 127.0.0.1, made once per session: kubectl sends a
+    kubeconfig's token only over HTTPS."""
+    directory = Path(tempfile.mkdtemp(prefix="sandboxctl-test-tls-", dir="/tmp"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return fleet_certificate(directory, "127.0.0.1")
+
+
+def trusting() -> ssl.SSLContext:
+    """What an httpx client passes as ``verify`` to talk to a server of ``kube_tls()``."""
+    return ssl.create_default_context(cafile=str(kube_tls().cert_file))
 
 
 @contextmanager
-def serving(app: Any, port: int = 0) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 (a free port unless given); yields its base URL."""
+def serving(app: Any, port: int = 0, tls: Tls | None = None) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (a free port unless given; HTTPS with ``tls``); yields
+    its base URL."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="error", lifespan="off", loop="asyncio"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="off",
+        loop="asyncio",
+        ssl_certfile=str(tls.cert_file) if tls else None,
+        ssl_keyfile=str(tls.key_file) if tls else None,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
@@ -32,7 +69,7 @@ def serving(app: Any, port: int = 0) -> Iterator[str]:
         raise AssertionError("the server did not start")
     bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{bound}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{bound}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

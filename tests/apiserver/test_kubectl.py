@@ -22,7 +22,15 @@ from sandboxctl.apiserver import create_kube_app, write_kubeconfig
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import Query, SandboxStore
-from tests.apiserver.helpers import Lines, serving
+from tests.apiserver.helpers import (
+    AUTH,
+    KUBE_TOKEN,
+    KUBE_TOKENS,
+    Lines,
+    kube_tls,
+    serving,
+    trusting,
+)
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 from tests.store.real_fleet import real_fleet
 
@@ -102,8 +110,10 @@ def fleet(uid_base: int, tmp_path: Path) -> Iterator[Fleet]:
             token=TOKEN,
             prefix="sandboxctl-kubectl-",
         )
-        url = stack.enter_context(serving(create_kube_app(fleet.store, watch_interval=0.2)))
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        app = create_kube_app(fleet.store, KUBE_TOKENS, watch_interval=0.2)
+        url = stack.enter_context(serving(app, tls=kube_tls()))
+        ca = kube_tls().cert_file.read_bytes()
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, KUBE_TOKEN, ca)
         yield Fleet(fleet.store, fleet.agents, url, kubeconfig, tmp_path)
 
 
@@ -224,7 +234,7 @@ def test_kubectl_create_claims_a_sandbox(fleet: Fleet) -> None:
     [record] = owner.sandboxes(claim_ref="default/c1")
     assert record.id == claim_id
 
-    with httpx.Client(base_url=fleet.url) as http:
+    with httpx.Client(base_url=fleet.url, headers=AUTH, verify=trusting()) as http:
         body = yaml.safe_load(manifest.read_text()) | {"metadata": {"generateName": "g-"}}
         answer = http.post("/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes", json=body)
     assert answer.status_code == 201, answer.text

@@ -198,14 +198,14 @@ def test_the_kubeconfig_points_at_the_server_and_is_private(tmp_path: Path) -> N
     path = tmp_path / "kubeconfig"
     path.write_text("old")
     path.chmod(0o644)
-    write_kubeconfig(path, "http://127.0.0.1:3002")
+    write_kubeconfig(path, "http://127.0.0.1:3002", "t0ken")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     config = yaml.safe_load(path.read_text())
     assert config["current-context"] == "sandboxctl"
     assert config["clusters"] == [
         {"name": "sandboxctl", "cluster": {"server": "http://127.0.0.1:3002"}}
     ]
-    assert config["users"] == [{"name": "sandboxctl", "user": {}}]
+    assert config["users"] == [{"name": "sandboxctl", "user": {"token": "t0ken"}}]
     [context] = config["contexts"]
     assert context["context"] == {
         "cluster": "sandboxctl",

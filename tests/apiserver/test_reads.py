@@ -43,7 +43,15 @@ from sandboxctl.apiserver import create_kube_app, write_kubeconfig
 from sandboxctl.cli.sources import mesh_source
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
-from tests.apiserver.helpers import Lines, serving
+from tests.apiserver.helpers import (
+    AUTH,
+    KUBE_TOKEN,
+    KUBE_TOKENS,
+    Lines,
+    kube_tls,
+    serving,
+    trusting,
+)
 from tests.sandboxd.servers import (
     free_port,
     sandboxes_unavailable,
@@ -167,9 +175,13 @@ def stack(uid_base: int, tmp_path: Path) -> Iterator[Stack]:
             token=TOKEN,
             prefix="sandboxctl-reads-",
         )
-        url = stack.enter_context(serving(create_kube_app(fleet.store, watch_interval=0.2)))
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
-        http = stack.enter_context(httpx.Client(base_url=url, timeout=30))
+        app = create_kube_app(fleet.store, KUBE_TOKENS, watch_interval=0.2)
+        url = stack.enter_context(serving(app, tls=kube_tls()))
+        ca = kube_tls().cert_file.read_bytes()
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, KUBE_TOKEN, ca)
+        http = stack.enter_context(
+            httpx.Client(base_url=url, headers=AUTH, timeout=30, verify=trusting())
+        )
         api = client_for(stack, kubeconfig)
         yield Stack(fleet, url, kubeconfig, tmp_path, http, api)
 
@@ -445,7 +457,7 @@ def apiserver(fleet: RealFleet, port: int, token_file: Path) -> Iterator[str]:
     mesh = mesh_source("mesh", seeds, token_file, timedelta(seconds=0.2), log)
     stopping = threading.Event()
     with mesh.store(FreshnessRule()) as store:
-        app = create_kube_app(store, watch_interval=0.2, stopping=stopping.is_set)
+        app = create_kube_app(store, KUBE_TOKENS, watch_interval=0.2, stopping=stopping.is_set)
         with serving(app, port) as url:
             try:
                 yield url
@@ -460,8 +472,9 @@ def test_an_informer_keeps_an_accurate_cache_over_an_apiserver_restart(
     token_file = write_token(tmp_path / "token", TOKEN)
     url = f"http://127.0.0.1:{port}"
     with ExitStack() as resources:
-        api = client_for(resources, write_kubeconfig(tmp_path / "restart-kubeconfig", url))
-        http = resources.enter_context(httpx.Client(base_url=url, timeout=30))
+        config = write_kubeconfig(tmp_path / "restart-kubeconfig", url, KUBE_TOKEN)
+        api = client_for(resources, config)
+        http = resources.enter_context(httpx.Client(base_url=url, headers=AUTH, timeout=30))
         informer = Informer(api)
         resources.callback(informer.stop)
 

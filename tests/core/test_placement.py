@@ -9,14 +9,20 @@ from collections.abc import Callable
 import pytest
 
 from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 from sandboxctl.core.placement import (
+    ColdCandidate,
     Delivered,
     Failed,
+    NoNodeCapacity,
     NoWarmCapacity,
     Outcome,
     Undelivered,
+    cold_candidates,
     pick_candidate,
     place,
+    place_cold,
+    serves,
 )
 from sandboxctl.core.snapshot import WarmCandidate
 
@@ -193,3 +199,83 @@ def test_place_with_a_seeded_random_is_reproducible() -> None:
 
     assert run(7) == run(7)
     assert not {"n2", "n5"} & set(run(7))
+
+
+# --- cold starts ----------------------------------------------------------------------------------
+
+
+def inventory(
+    node: str,
+    capacity: int | None,
+    claimed: int = 0,
+    templates: tuple[str, ...] = ("base",),
+    address: str = "",
+) -> tuple[str, NodeInventory]:
+    entries = tuple(Entry(name=f"default/s{i}", phase="Running") for i in range(claimed))
+    return node, NodeInventory(
+        node=node,
+        address=address or f"{node}:7777",
+        templates=tuple({"template": t} for t in templates),
+        entries=entries,
+        capacity=capacity,
+    )
+
+
+def test_cold_candidates_put_the_most_free_slots_first_and_skip_full_or_foreign_nodes() -> None:
+    inventories = [
+        inventory("a", 4, claimed=3),
+        inventory("b", 8, claimed=2),
+        inventory("c", 2, claimed=2),  # full
+        inventory("d", 9, templates=("py",)),  # does not serve base
+        inventory("e", None),  # says nothing of its capacity: asked last
+        inventory("f", 9),
+        inventory("g", 7, claimed=1),
+    ]
+    inventories[5] = ("f", NodeInventory(node="f", templates=({"template": "base"},)))  # no address
+    found = cold_candidates(inventories, PoolKey("base"))
+    assert [(c.node, c.free) for c in found] == [("b", 6), ("g", 6), ("a", 1), ("e", None)]
+
+
+def test_a_pool_of_the_template_counts_as_serving_it() -> None:
+    _, node = inventory("a", 2, templates=())
+    pooled = NodeInventory(node="a", address="a:7777", pools=(Pool(PoolKey("py"), 0, 1),))
+    assert not serves(node, "py")
+    assert serves(pooled, "py")
+
+
+def test_place_cold_tries_in_order_until_one_delivers() -> None:
+    candidates = cold_candidates([inventory("a", 2), inventory("b", 5)], PoolKey("base"))
+    calls: list[str] = []
+
+    def attempt(candidate: ColdCandidate) -> Outcome[str]:
+        calls.append(candidate.node)
+        return Undelivered("429") if candidate.node == "b" else Delivered("on a")
+
+    chosen, result = place_cold("base", candidates, attempt)
+    assert (chosen.node, result, calls) == ("a", "on a", ["b", "a"])
+
+
+def test_place_cold_with_every_node_refusing_is_no_node_capacity() -> None:
+    candidates = cold_candidates([inventory("a", 2), inventory("b", 5)], PoolKey("base"))
+    with pytest.raises(NoNodeCapacity) as raised:
+        place_cold("base", candidates, lambda c: Undelivered("429"))
+    assert raised.value.tried == ("b", "a")
+    assert "every node that serves template 'base' is full (tried b, a)" in str(raised.value)
+    with pytest.raises(NoNodeCapacity) as none:
+        place_cold("base", [], lambda c: Delivered("never"))
+    assert none.value.tried == ()
+
+
+def test_place_cold_raises_a_failed_attempt_at_once() -> None:
+    candidates = cold_candidates([inventory("a", 2), inventory("b", 5)], PoolKey("base"))
+    boom = SandboxctlError("timed out after sending")
+    calls: list[str] = []
+
+    def attempt(candidate: ColdCandidate) -> Outcome[str]:
+        calls.append(candidate.node)
+        return Failed(boom)
+
+    with pytest.raises(SandboxctlError) as raised:
+        place_cold("base", candidates, attempt)
+    assert raised.value is boom
+    assert calls == ["b"]

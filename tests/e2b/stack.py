@@ -16,7 +16,7 @@ from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import SandboxStore
-from tests.apiserver.helpers import serving
+from tests.apiserver.helpers import KUBE_TOKENS, kube_tls, serving
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.store.real_fleet import real_fleet
 
@@ -71,5 +71,7 @@ def stack() -> Iterator[Stack]:
             api_keys={KEY_A: "default", KEY_B: "team-b"},
         )
         api_url = stack.enter_context(serving(create_e2b_app(store, config)))
-        kube_url = stack.enter_context(serving(create_kube_app(store, watch_interval=0.2)))
+        kube_url = stack.enter_context(
+            serving(create_kube_app(store, KUBE_TOKENS, watch_interval=0.2), tls=kube_tls())
+        )
         yield Stack(store, agents, api_url, kube_url, config)

@@ -148,6 +148,7 @@ def test_serve_apiserver_serves_e2b_beside_the_kube_api(state_dir: Path, tmp_pat
                 "--listen", "127.0.0.1:0", "--kubeconfig-out", str(kubeconfig),
                 "--e2b-listen", f"127.0.0.1:{e2b_port}", "--e2b-api-key-file", str(keys),
                 "--e2b-domain", "example.test", "--e2b-envd-secret-file", str(secret),
+                "--kube-token-file", str(write_token(tmp_path / "kube-tokens", "kube-token *")),
             ]  # fmt: skip
             url = f"http://127.0.0.1:{e2b_port}"
             with service_process(command, f"{url}/health") as process:

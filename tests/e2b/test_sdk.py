@@ -19,6 +19,7 @@ from e2b import Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import AuthenticationException, SandboxNotFoundException
 
 from sandboxctl.apiserver import write_kubeconfig
+from tests.apiserver.helpers import KUBE_TOKEN, kube_tls
 from tests.e2b.stack import DOMAIN, KEY_A, KEY_B, SECRET, Stack
 from tests.sandboxd.servers import wait_until
 
@@ -184,7 +185,8 @@ def test_quick_start_snippet(stack: Stack) -> None:
 def test_kubectl_sees_e2b_sandboxes_and_deletes_them(
     stack: Stack, created: list[str], tmp_path: Path
 ) -> None:
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", stack.kube_url)
+    ca = kube_tls().cert_file.read_bytes()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", stack.kube_url, KUBE_TOKEN, ca)
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
         command = [str(KUBECTL), "--kubeconfig", str(kubeconfig)]

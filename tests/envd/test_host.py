@@ -24,6 +24,7 @@ class HostProcess:
     id: str = "sb_1"
     env: Mapping[str, str] = field(default_factory=lambda: {"FROM_CLAIM": "yes"})
     signals: list[tuple[int, int]] = field(default_factory=list)
+    logged: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
     def enter_command(self, argv: Sequence[str]) -> list[str]:
         return list(argv)
@@ -37,6 +38,9 @@ class HostProcess:
     def signal_command(self, pgid: int, sig: int) -> None:
         self.signals.append((pgid, sig))
         os.killpg(pgid, sig)
+
+    def log(self, message: str, level: str = "info", **fields: str) -> None:
+        self.logged.append((message, fields))
 
 
 @dataclass

@@ -12,7 +12,7 @@ import httpx
 
 from sandboxctl.envd import ENVD_VERSION
 from tests.envd.conftest import ROOT, Host
-from tests.envd.wire import STREAM, Envd, chunked, envelope
+from tests.envd.wire import STREAM, Envd, chunked, envelope, stream_error
 
 
 def test_version_is_semver() -> None:
@@ -37,6 +37,13 @@ def test_health_and_auth(shared: Envd, host: Host) -> None:
         )
         assert response.status_code == 401
         assert response.json()["code"] == "unauthenticated"
+        # a streaming call is refused in its end-of-stream envelope, under HTTP 200
+        start = httpx.post(
+            f"{shared.base}/process.Process/Start",
+            content=envelope({"process": {"cmd": "/bin/true"}}),
+            headers={"authorization": f"Bearer {other.token}", "content-type": STREAM},
+        )
+        assert stream_error(start)["code"] == "unauthenticated"
     finally:
         host.agent.release(other.sandbox_id)
 
@@ -90,14 +97,30 @@ def test_the_sandbox_env_reaches_commands_under_the_requests(host: Host) -> None
 
 def test_start_bad_requests(shared: Envd) -> None:
     response, _ = shared.stream("process.Process/Start", {"process": {}})
-    assert response.status_code == 400
-    assert response.json()["code"] == "invalid_argument"
+    assert stream_error(response) == {
+        "code": "invalid_argument",
+        "message": "process.cmd is required",
+    }
     response = httpx.post(
         f"{shared.base}/process.Process/Start",
         content=b"\x00\x00",
         headers=shared.headers(**{"content-type": STREAM}),
     )
-    assert response.status_code == 400
+    assert stream_error(response)["code"] == "invalid_argument"
+    basic_root = {"x-forwarded-authorization": "Basic cm9vdDo="}  # the SDK's user="root"
+    response = httpx.post(
+        f"{shared.base}/process.Process/Start",
+        content=envelope({"process": {"cmd": "/bin/true"}}),
+        headers=shared.headers(**{"content-type": STREAM}, **basic_root),
+    )
+    assert stream_error(response)["code"] == "invalid_argument"
+    response = httpx.post(
+        f"{shared.base}/process.Process/List",
+        json={},
+        headers=shared.headers(**basic_root),
+    )
+    assert response.status_code == 400  # a unary call keeps its HTTP status
+    assert response.json()["code"] == "invalid_argument"
 
 
 def test_deadline_kills_the_command(shared: Envd) -> None:
@@ -145,6 +168,8 @@ def test_background_list_connect_kill(shared: Envd) -> None:
     )
     assert gone.status_code == 404
     assert gone.json()["code"] == "not_found"
+    connected, _ = shared.stream("process.Process/Connect", {"process": {"pid": pid}})
+    assert stream_error(connected)["code"] == "not_found"
 
 
 def test_the_start_pid_is_the_commands_own_and_a_kill_right_after_start_lands(
@@ -171,8 +196,7 @@ def test_pty_calls_refused(shared: Envd) -> None:
         return shared.stream("process.Process/Start", message)[0]
 
     bad = start({"process": {"cmd": "/bin/true"}, "pty": {"size": {"rows": 0, "cols": 80}}})
-    assert bad.status_code == 400
-    assert bad.json()["message"] == "pty.size.rows: expected 1..65535"
+    assert stream_error(bad)["message"] == "pty.size.rows: expected 1..65535"
 
     plain = {"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": "plain"}
     command = shared.background("process.Process/Start", plain)
@@ -207,13 +231,14 @@ def test_stream_input_refusals(shared: Envd) -> None:
 
     data = {"data": {"input": {"stdin": "eA=="}}}
     no_start = stream_input(data)
-    assert no_start.status_code == 400
-    assert no_start.json()["message"] == "the input stream must start with start"
+    assert stream_error(no_start) == {
+        "code": "invalid_argument",
+        "message": "the input stream must start with start",
+    }
     unknown = stream_input({"start": {"process": {"pid": 999999}}}, data)
-    assert unknown.status_code == 404
-    assert unknown.json()["code"] == "not_found"
+    assert stream_error(unknown)["code"] == "not_found"
     empty = stream_input()
-    assert empty.json()["message"] == "the input stream named no process"
+    assert stream_error(empty)["message"] == "the input stream named no process"
 
 
 def test_stdin(shared: Envd) -> None:
@@ -436,7 +461,7 @@ def test_watch_dir_stream(shared: Envd) -> None:
     assert events[-1][0] == 2
     assert events[-1][1]["error"]["code"] == "deadline_exceeded"
     missing, _ = shared.stream("filesystem.Filesystem/WatchDir", {"path": "/home/user/none"})
-    assert missing.status_code == 404
+    assert stream_error(missing)["code"] == "not_found"
 
 
 def test_unimplemented_and_bad_codec(shared: Envd) -> None:
@@ -448,3 +473,20 @@ def test_unimplemented_and_bad_codec(shared: Envd) -> None:
         headers=shared.headers(**{"content-type": "application/proto"}),
     )
     assert proto.status_code == 415
+
+
+def test_commands_are_logged_with_their_exit_code(host: Host) -> None:
+    envd = host.claim()
+    try:
+        ran = envd.run("exit 3")
+        pid = ran["pid"]
+        found = host.agent.events.events(envd.sandbox_id)
+        assert found is not None
+        messages = [event.message for event in found[1]]
+        assert f"process {pid} started: /bin/bash -l -c 'exit 3'" in messages
+        exited = [e for e in found[1] if e.message.startswith(f"process {pid} exited")]
+        assert exited[0].message == f"process {pid} exited with code 3 (exit status 3)"
+        assert exited[0].level == "warn"
+        assert exited[0].fields["exitCode"] == "3"
+    finally:
+        host.agent.release(envd.sandbox_id)

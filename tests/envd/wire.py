@@ -125,6 +125,17 @@ class Envd:
         }
 
 
+def stream_error(response: httpx.Response) -> dict[str, Any]:
+    """The error of a streaming call that failed before its first message: Connect
+    answers HTTP 200 with one end-of-stream envelope that carries it."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == STREAM
+    [(flags, message)] = envelopes(response.content)
+    assert flags == 2
+    error: dict[str, Any] = message["error"]
+    return error
+
+
 class Messages:
     """The envelopes of a stream being read: ``next()`` waits for the next whole one."""
 

@@ -28,7 +28,7 @@ def skip_reason() -> str | None:
 
 @contextmanager
 def sdk_stack(
-    *, key: str, secret: bytes, uid_base: int, warm: int, prefix: str
+    *, key: str, secret: bytes, uid_base: int, warm: int, prefix: str, network: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Yields the SDK's connection parameters (api_key, api_url, sandbox_url)."""
     with ExitStack() as stack:
@@ -41,6 +41,7 @@ def sdk_stack(
             max_sandboxes=warm + 7,
             token=TOKEN,
             prefix=prefix,
+            network=network,
         ).store
         config = E2bConfig(domain=DOMAIN, envd_secret=secret, api_keys={key: "default"})
         api_url = stack.enter_context(serving(create_e2b_app(store, config)))

@@ -33,7 +33,7 @@ def test_the_envd_secret_is_required(run: Run, tmp_path: Path) -> None:
     assert f"--e2b-envd-secret-file {missing}: No such file or directory" in result.err
 
 
-def test_mesh_needs_seeds_and_only_mesh_is_served(run: Run, tmp_path: Path) -> None:
+def test_mesh_needs_seeds_and_kube_needs_no_seeds(run: Run, tmp_path: Path) -> None:
     secret = write_token(tmp_path / "secret", "s")
     base = ("serve-proxy", "--domain", "d.test", "--e2b-envd-secret-file", str(secret))
     result = run(*base)
@@ -41,7 +41,10 @@ def test_mesh_needs_seeds_and_only_mesh_is_served(run: Run, tmp_path: Path) -> N
     assert "--sandboxd-seeds" in result.err
     result = run(*base, "--source", "kube", "--sandboxd-seeds", "a:1")
     assert result.code == 2
-    assert "only mesh is supported" in result.err
+    assert "--sandboxd-seeds is for --source mesh" in result.err
+    result = run(*base, "--source", "nats")
+    assert result.code == 2
+    assert "expected mesh or kube" in result.err
 
 
 def test_it_serves_the_proxy_over_the_fleet(state_dir: Path, tmp_path: Path) -> None:

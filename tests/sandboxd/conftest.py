@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -8,8 +9,9 @@ import pytest
 
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
+from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
-from tests.sandboxd.servers import sandboxes_unavailable
+from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 BASE = PoolKey("base")
@@ -59,3 +61,22 @@ def make_agent(state_dir: Path, uid_base: int, clock: ManualClock) -> Iterator: 
 @pytest.fixture
 def agent(make_agent) -> Agent:  # type: ignore[no-untyped-def]
     return make_agent()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def as_uid() -> Iterator[Callable[[int], subprocess.Popen[bytes]]]:
+    """Start a process running as a uid (what a sandbox left running looks like, or
+    someone else's process); returns once it runs as that uid."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(uid: int) -> subprocess.Popen[bytes]:
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"]
+        process = subprocess.Popen(argv)
+        started.append(process)
+        wait_until(lambda: procfs.pids_of_uid(uid), what=f"a process of uid {uid}")
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()

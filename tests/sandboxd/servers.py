@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import httpx
 import uvicorn
@@ -75,40 +78,53 @@ def serving(agent: Agent, token: str | None) -> Iterator[str]:
 
 
 @contextmanager
-def agent_process(args: list[str], address: str) -> Iterator[subprocess.Popen[bytes]]:
+def agent_process(
+    args: list[str], address: str, output: IO[bytes] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run `sandboxctl serve-sandboxd ARGS` until it answers; stop it at the end."""
-    with service_process(["serve-sandboxd", *args], f"http://{address}/metrics") as process:
+    with service_process(
+        ["serve-sandboxd", *args], f"http://{address}/metrics", output=output
+    ) as process:
         yield process
 
 
 @contextmanager
-def service_process(arguments: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `sandboxctl ARGUMENTS` until ``ready_url`` answers below 400; SIGTERM it at the
-    end unless the test has stopped it.
+def service_process(
+    arguments: list[str],
+    ready_url: str,
+    verify: bool | ssl.SSLContext = True,
+    output: IO[bytes] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `sandboxctl ARGUMENTS` until ``ready_url`` answers below 400 (an HTTPS one
+    trusted through ``verify``); SIGTERM it at the end unless the test has stopped it.
 
-    Its output goes to a file, not a pipe nobody drains, which could stall it.
+    Its output goes to ``output`` (default: a temporary file), not a pipe nobody drains,
+    which could stall it.
     """
     command = [sys.executable, "-m", "sandboxctl", *arguments]
-    with tempfile.TemporaryFile() as log:
+    with contextlib.ExitStack() as files:
+        log = output or files.enter_context(tempfile.TemporaryFile())
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_until(
-                lambda: (status_of(ready_url) or 500) < 400 or process.poll() is not None,
+                lambda: (status_of(ready_url, verify) or 500) < 400 or process.poll() is not None,
                 what=f"sandboxctl {arguments[0]} to answer",
             )
             if process.poll() is not None:
-                log.seek(0)
-                output = log.read().decode(errors="replace")
-                raise AssertionError(f"{arguments[0]} exited with {process.returncode}: {output}")
+                said = ""
+                if output is None:
+                    log.seek(0)
+                    said = log.read().decode(errors="replace")
+                raise AssertionError(f"{arguments[0]} exited with {process.returncode}: {said}")
             yield process
         finally:
             _stop(process)
 
 
-def status_of(url: str) -> int | None:
+def status_of(url: str, verify: bool | ssl.SSLContext = True) -> int | None:
     """The status ``url`` answers with, or None when nothing answers."""
     try:
-        return httpx.get(url, timeout=2).status_code
+        return httpx.get(url, timeout=2, verify=verify).status_code
     except httpx.HTTPError:
         return None
 

@@ -301,7 +301,8 @@ def test_a_state_database_from_before_claim_env_is_adopted(make_agent, state_dir
     # Rewrite the database as an older agent would have left it: no env column, 0644.
     path = state_dir / "sandboxd.sqlite"
     db = sqlite3.connect(path)
-    columns = [row[1] for row in db.execute("PRAGMA table_info(sandboxes)") if row[1] != "env"]
+    added = ("env", "address", "network")  # columns of later agents
+    columns = [row[1] for row in db.execute("PRAGMA table_info(sandboxes)") if row[1] not in added]
     rows = db.execute(f"SELECT {','.join(columns)} FROM sandboxes").fetchall()
     db.execute("DROP TABLE sandboxes")
     db.executescript(_OLD_SCHEMA)

@@ -127,10 +127,10 @@ def runtime(cgroups: Cgroups) -> BubblewrapRuntime:
 
 @pytest.fixture
 def sandboxes(runtime: BubblewrapRuntime, homes: Path) -> Iterator[Callable[..., Box]]:
-    """start(network=False, limits=SMALL, runtime=...) -> a running Box."""
+    """start(limits=SMALL, runtime=...) -> a running Box."""
     started: list[tuple[Runtime, SandboxSpec, list[Box]]] = []
 
-    def start(network: bool = False, limits: Limits = SMALL, runtime: Runtime = runtime) -> Box:
+    def start(limits: Limits = SMALL, runtime: Runtime = runtime) -> Box:
         uid = _free_uid()
         sandbox_id = f"rt{os.getpid()}-{uid}"
         spec = SandboxSpec(
@@ -138,7 +138,6 @@ def sandboxes(runtime: BubblewrapRuntime, homes: Path) -> Iterator[Callable[...,
             uid=uid,
             root=Path("/"),
             home=homes / sandbox_id,
-            network=network,
             limits=limits,
             hostname=f"box-{uid}",
         )
@@ -216,7 +215,8 @@ def test_runs_as_its_uid_sees_only_its_processes_and_a_read_only_root(
     assert box.sh("touch /etc/x").returncode != 0
     assert box.sh("unshare -U true").returncode != 0  # no nested user namespaces
     box.ok("touch /home/user/x /tmp/x")
-    assert (box.spec.home / "x").stat().st_uid == uid
+    assert _inside(box, "/home/user/x").stat().st_uid == uid
+    assert not box.spec.home.exists()  # the home is a tmpfs inside the sandbox
     assert box.ok("stat -c %s /home/user/x") == "0\n"
 
 
@@ -228,18 +228,21 @@ def test_two_sandboxes_cannot_see_each_other(sandboxes: Callable[..., Box]) -> N
     assert a.ok("ls -A /home") == "user\n"
     assert a.ok("ls -A /home/user") == ""
     assert a.ok("ls -A /tmp") == ""
-    assert a.sh(f"ls {b.spec.home}").returncode != 0  # the host path exists: 0700, not ours
-    assert a.sh(f"cat {b.spec.home}/secret").returncode != 0
+    b_home = _inside(b, "/home/user")
+    assert a.sh(f"ls {b_home}").returncode != 0  # b's pid is not in a's /proc
+    assert a.sh(f"cat {b_home}/secret").returncode != 0
     # a's /proc holds only its own namespace's few small pids: none of b's, no host pid
     visible = {int(name) for name in a.ok("ls /proc").split() if name.isdigit()}
     assert max(visible) < 20
     assert b.identity.pid not in visible
 
 
-def test_net_none_has_only_loopback_and_egress_reaches_the_host(
+def test_every_sandbox_has_a_network_namespace_with_only_loopback(
     sandboxes: Callable[..., Box],
 ) -> None:
-    isolated, egress = sandboxes(network=False), sandboxes(network=True)
+    """Without the agent's network (which adds a veth, tests/network) a sandbox cannot
+    reach the host: its loopback is its own."""
+    isolated = sandboxes()
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
@@ -255,19 +258,19 @@ def test_net_none_has_only_loopback_and_egress_reaches_the_host(
         assert refused.returncode != 0
         assert "ConnectionRefused" in refused.stderr or "unreachable" in refused.stderr
 
-        reached = egress.run("python3", "-c", connect)
-        assert reached.returncode == 0, reached.stderr
-        conn, _ = listener.accept()
-        conn.close()
-
 
 # --- bubblewrap: lifecycle ---------------------------------------------------------------
 
 
 def _counter(box: Box) -> int | None:
     with contextlib.suppress(OSError, ValueError):
-        return int((box.spec.home / "counter").read_text())
+        return int(_inside(box, "/home/user/counter").read_text())
     return None
+
+
+def _inside(box: Box, path: str) -> Path:
+    """A path of the sandbox's own mounts (its home is a tmpfs there), seen from the host."""
+    return Path(f"/proc/{box.identity.pid}/root{path}")
 
 
 def _frozen_by_kernel(runtime: BubblewrapRuntime, cgroups: Cgroups, box: Box) -> bool:
@@ -389,7 +392,7 @@ from sandboxctl.sandboxd.cgroups import Cgroups
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, SandboxSpec, Size
 a = json.loads(sys.argv[1])
 spec = SandboxSpec(id=a["id"], uid=a["uid"], root=Path("/"), home=Path(a["home"]),
-                   network=False, limits=SIZE_LIMITS[Size.SMALL])
+                   limits=SIZE_LIMITS[Size.SMALL])
 ident = BubblewrapRuntime(cgroups=Cgroups(parent=a["parent"])).start(spec)
 print(json.dumps([ident.pid, ident.start_time, ident.pid_namespace]), flush=True)
 signal.pause()  # the launcher lives until the test kills it
@@ -406,7 +409,6 @@ def test_a_sandbox_survives_its_launcher_being_killed(
         uid=uid,
         root=Path("/"),
         home=homes / f"rt{os.getpid()}-{uid}",
-        network=False,
         limits=SMALL,
     )
     args = {"id": spec.id, "uid": uid, "home": str(spec.home), "parent": CGROUP_PARENT}
@@ -483,7 +485,13 @@ finally:
 
 def test_pids_limit_refuses_forks_beyond_max(sandboxes: Callable[..., Box]) -> None:
     box = sandboxes(
-        limits=Limits(cpu_count=1, memory_bytes=256 << 20, max_processes=16, tmp_bytes=1 << 20)
+        limits=Limits(
+            cpu_count=1,
+            memory_bytes=256 << 20,
+            max_processes=16,
+            tmp_bytes=1 << 20,
+            home_bytes=1 << 20,
+        )
     )
     outcome, forked, *_ = box.ok(f"python3 -c '{_FORK_BOMBLET}'").split()
     assert outcome == "refused"
@@ -529,7 +537,6 @@ def test_a_failed_start_says_why_and_leaves_nothing_behind(
         uid=uid,
         root=root,
         home=homes / f"rt{os.getpid()}-{uid}",
-        network=False,
         limits=SMALL,
     )
     with pytest.raises(RuntimeFailure, match=r"did not start.*/bin/sh"):

@@ -9,17 +9,18 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.bubblewrap import passwd_paths
 from sandboxctl.sandboxd.runtimedir import RuntimeDir, check_root, prepare, runtime_dir
 from sandboxctl.sandboxd.uids import UidClaims
 from tests.sandboxd.conftest import BASE
-from tests.sandboxd.servers import wait_until
+from tests.sandboxd.servers import free_port, wait_until
 
 
 @pytest.fixture
@@ -30,23 +31,6 @@ def top() -> Iterator[Path]:
     path.chmod(0o711)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def as_uid() -> Iterator[Callable[[int], subprocess.Popen[bytes]]]:
-    """Start a process running as a uid (what a sandbox left running looks like)."""
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(uid: int) -> subprocess.Popen[bytes]:
-        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"]
-        process = subprocess.Popen(argv)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-        process.wait()
 
 
 def _mode(path: Path) -> int:
@@ -183,11 +167,10 @@ def _agent_settings(layout: RuntimeDir) -> dict[str, object]:
 
 
 def _home_uids(agent: Agent) -> set[int]:
-    return {
-        agent.spec(record).home.stat().st_uid
-        for record in agent._records.values()
-        if agent.spec(record).home.is_dir()
-    }
+    """The uids of the agent's sandboxes as their passwd files in the homes dir say (the
+    file's group is the sandbox's uid)."""
+    passwd_files = (passwd_paths(agent.spec(record))[0] for record in agent._records.values())
+    return {passwd.stat().st_gid for passwd in passwd_files if passwd.is_file()}
 
 
 def test_homes_live_in_the_runtime_dir_and_two_agents_share_no_uid(top: Path, make_agent) -> None:  # type: ignore[no-untyped-def]
@@ -223,7 +206,7 @@ def test_a_sandbox_from_before_runtime_dirs_is_adopted_and_cleaned_up(  # type: 
     assert old.refill_once() == 1
     [record] = old._records.values()
     old_home = layout.state_dir / "sandboxd" / "homes" / record.id
-    assert old_home.is_dir()
+    assert old_home.with_name(f"{record.id}.passwd").is_file()
     old.stop()  # the sandbox keeps running
 
     new: Agent = make_agent(pools={BASE: 1}, **settings)
@@ -232,7 +215,7 @@ def test_a_sandbox_from_before_runtime_dirs_is_adopted_and_cleaned_up(  # type: 
     assert UidClaims(layout.uids, layout.path).held() == {record.uid}
 
     new.set_pools({})  # drains the adopted sandbox: its old home goes, then the old dir
-    assert not old_home.exists()
+    assert not list(old_home.parent.glob(f"{record.id}*"))
     new.stop()
     again: Agent = make_agent(pools={}, **settings)
     again.adopt()
@@ -292,3 +275,27 @@ def test_serve_sandboxd_refuses_a_template_sandbox_uids_cannot_reach(top: Path) 
         f"sandboxctl: error: --template 'py={private}/root': sandbox uids cannot traverse "
         f"{private} (mode 0700); keep templates where every uid may traverse"
     )
+
+
+def test_serve_sandboxd_refuses_a_runtime_root_its_uids_cannot_reach(
+    top: Path, uid_base: int
+) -> None:
+    """Finding 9: modes alone do not say who may pass. A directory of group ``uid_base``
+    with no group bits (0701) lets every uid through but the sandbox's own; every claim
+    would then fail in bubblewrap, so the agent refuses to start, in one line."""
+    gate = top / "gate"
+    gate.mkdir(mode=0o701)
+    gate.chmod(0o701)
+    os.chown(gate, 0, uid_base)
+    check_root(gate / "runtime")  # the modes pass
+    command = [
+        sys.executable, "-m", "sandboxctl", "serve-sandboxd",
+        "--listen", f"127.0.0.1:{free_port()}", "--state-dir", str(top / "state"),
+        "--runtime-root", str(gate / "runtime"), "--uid-base", str(uid_base), "--pool", "base=1",
+    ]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2, refused.stderr
+    [line] = [line for line in refused.stderr.splitlines() if line.startswith("sandboxctl:")]
+    assert line.startswith(f"sandboxctl: error: --runtime-root {gate / 'runtime'}: sandbox uids")
+    assert f"(uid {uid_base} was refused)" in line
+    assert "Traceback" not in refused.stderr

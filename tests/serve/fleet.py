@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from sandboxctl.sandboxd.templates.store import STORE_ENV
 from tests.sandboxd.servers import free_port, wait_until
+from tests.templates.cache import seed
 
 READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
@@ -58,7 +60,11 @@ def free_ports() -> dict[str, int]:
     return {name: free_port() for name in ("e2b", "proxy", "kube", "sandboxd")}
 
 
-def serve_command(state_dir: Path, ports: dict[str, int], uid_base: int) -> list[str]:
+def serve_command(
+    state_dir: Path, ports: dict[str, int], uid_base: int, pool: str = "default=1"
+) -> list[str]:
+    """``serve`` on these ports, with one warm sandbox of its default template (the
+    session's template store has it once ``seed_store`` ran)."""
     return [
         sys.executable,
         "-m",
@@ -77,14 +83,25 @@ def serve_command(state_dir: Path, ports: dict[str, int], uid_base: int) -> list
         "--sandboxd-port",
         str(ports["sandboxd"]),
         "--pool",
-        "base=1",
+        pool,
         "--uid-base",
         str(uid_base),
     ]
 
 
+def seed_store() -> None:
+    """The session's template store (SANDBOXCTL_TEMPLATE_STORE) with serve's default
+    template, from the machine's template cache: serve finds it instead of building it."""
+    seed(Path(os.environ[STORE_ENV]))
+
+
 def start_fleet(
-    state_dir: Path, ports: dict[str, int], uid_base: int, *extra: str, cwd: Path | None = None
+    state_dir: Path,
+    ports: dict[str, int],
+    uid_base: int,
+    *extra: str,
+    cwd: Path | None = None,
+    pool: str = "default=1",
 ) -> Fleet:
     """Start ``sandboxctl serve`` and wait for its ``ready:`` line (the caller stops it).
 
@@ -92,8 +109,9 @@ def start_fleet(
     ``make serve`` in a checkout does; it still runs the sandboxctl under test, not a
     copy that ``cwd`` may hold (PYTHONSAFEPATH: ``-m`` does not put ``cwd`` on the path).
     """
+    seed_store()
     log = tempfile.TemporaryFile()  # noqa: SIM115 (the Fleet's to close)
-    command = [*serve_command(state_dir, ports, uid_base), *extra]
+    command = [*serve_command(state_dir, ports, uid_base, pool), *extra]
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
     fleet = Fleet((cwd or Path.cwd()) / state_dir, ports, uid_base, process, log)

@@ -94,8 +94,9 @@ def _runtime_dir(fleet: Fleet) -> Path:
 
 
 def _home_uids(runtime: Path) -> set[int]:
-    """The uids owning the sandbox homes in a runtime dir (one per live sandbox)."""
-    return {home.stat().st_uid for home in (runtime / "homes").iterdir() if home.is_dir()}
+    """The uids of the sandboxes whose passwd files are in a runtime dir (one per live
+    sandbox: the file's group is the sandbox's uid)."""
+    return {passwd.stat().st_gid for passwd in (runtime / "homes").glob("*.passwd")}
 
 
 def test_serve_from_a_checkout_in_a_private_home(  # type: ignore[no-untyped-def]

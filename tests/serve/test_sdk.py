@@ -60,7 +60,7 @@ def foreground_jobs(sbx: Sandbox) -> set[str]:
 def sdk() -> Iterator[dict[str, Any]]:
     state = Path(tempfile.mkdtemp(prefix="sandboxctl-serve-sdk-", dir="/tmp"))
     state.chmod(0o711)
-    fleet = start_fleet(state / "fleet", free_ports(), UID_BASE, "--pool", "base=2")
+    fleet = start_fleet(state / "fleet", free_ports(), UID_BASE, pool="default=2")
     try:
         env = fleet.e2b_env
         yield {

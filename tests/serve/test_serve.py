@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import stat
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from tests.serve.fleet import (
     start_fleet,
     stop_fleets,
 )
+
+KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
 
 pytestmark = pytest.mark.skipif(
     sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
@@ -62,7 +65,10 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
 
     # The files: modes and contents. Nothing in the state dir is for sandbox uids.
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    for name in ("e2b-api-keys", "envd-secret", "sandboxd-token", "e2b.env", "kubeconfig"):
+    for name in (
+        "e2b-api-keys", "envd-secret", "sandboxd-token", "kube-tokens", "kube-tls.key",
+        "e2b.env", "kubeconfig",
+    ):  # fmt: skip
         assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600, name
     env = fleet.e2b_env
     assert env["E2B_API_URL"] == fleet.url("e2b")
@@ -71,7 +77,16 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
     assert re.fullmatch(r"e2b_[0-9a-f]{40}", key)
     assert (directory / "e2b-api-keys").read_text() == f"{key} default\n"
     config = yaml.safe_load((directory / "kubeconfig").read_text())
-    assert config["clusters"][0]["cluster"]["server"] == fleet.url("kube")
+    kube_url = fleet.url("kube").replace("http:", "https:")  # kubectl sends tokens over TLS only
+    assert config["clusters"][0]["cluster"]["server"] == kube_url
+    kube_token, scope = (directory / "kube-tokens").read_text().split()
+    assert (config["users"][0]["user"], scope) == ({"token": kube_token}, "*")
+    if KUBECTL.exists():  # the line serve prints, as it is
+        got = subprocess.run(
+            [str(KUBECTL), "--kubeconfig", str(directory / "kubeconfig"), "get", "sandboxes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (got.returncode, got.stderr) == (0, "No resources found in default namespace.\n")
 
     with httpx.Client(timeout=10) as http:
         # The agent needs the root token.
@@ -83,9 +98,13 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
         assert info.json()["advertise_addr"] == f"127.0.0.1:{fleet.ports['sandboxd']}"
         assert http.get(f"{fleet.url('sandboxd')}/v1/info").status_code == 401
 
-        # The Kubernetes-style API.
-        groups = http.get(f"{fleet.url('kube')}/apis").json()
-        assert "agents.x-k8s.io" in [group["name"] for group in groups["groups"]]
+        # The Kubernetes-style API: HTTPS with the fleet's own certificate, and a token.
+        trust = ssl.create_default_context(cafile=str(directory / "kube-tls.crt"))
+        with httpx.Client(timeout=10, verify=trust) as kube:
+            auth = {"Authorization": f"Bearer {kube_token}"}
+            groups = kube.get(f"{kube_url}/apis", headers=auth).json()
+            assert "agents.x-k8s.io" in [group["name"] for group in groups["groups"]]
+            assert kube.get(f"{kube_url}/apis").status_code == 401
 
         assert http.get(f"{fleet.url('e2b')}/health").status_code == 204
         listed = http.get(f"{fleet.url('e2b')}/v2/sandboxes", headers={"X-API-Key": key})
@@ -123,7 +142,7 @@ def test_sigterm_destroys_the_sandboxes_and_a_restart_reuses_the_secrets(start) 
     token = (fleet.state_dir / "sandboxd-token").read_text().strip()
     claimed = httpx.post(
         f"{fleet.url('sandboxd')}/v1/claim",
-        json={"template": "base", "ttl_seconds": 600},
+        json={"template": "default", "ttl_seconds": 600},
         headers={"Authorization": f"Bearer {token}"},
         timeout=30,
     )
@@ -135,7 +154,15 @@ def test_sigterm_destroys_the_sandboxes_and_a_restart_reuses_the_secrets(start) 
     )
     secrets = {
         name: (fleet.state_dir / name).read_text()
-        for name in ("e2b-api-keys", "envd-secret", "sandboxd-token", "e2b.env")
+        for name in (
+            "e2b-api-keys",
+            "envd-secret",
+            "sandboxd-token",
+            "kube-tokens",
+            "kube-tls.crt",
+            "e2b.env",
+            "kubeconfig",
+        )
     }
 
     assert fleet.stop() == 0, fleet.output()

@@ -9,10 +9,11 @@ option, never ignored. See docs/e2b-compat.md for the endpoint table.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Final, TypeVar
 
@@ -23,11 +24,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from sandboxctl.agentapi import SandboxRow, entry_from_row
+from sandboxctl.agentapi import LogEvent, SandboxRow, UsageSample, entry_from_row
 from sandboxctl.apiserver.e2b.auth import Keys
 from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.e2b.ids import ClaimIds, public_id, same_sandbox
+from sandboxctl.apiserver.e2b.logs import entry_body, line_body, parse_v1, parse_v2, select
+from sandboxctl.apiserver.e2b.metrics import metric_body, parse_sandbox_ids, parse_seconds
 from sandboxctl.apiserver.e2b.models import detail_body, listed_body, sandbox_body
+from sandboxctl.apiserver.e2b.network import create_policy, network_body
+from sandboxctl.apiserver.e2b.network import update as network_update
 from sandboxctl.apiserver.e2b.paging import (
     BadQuery,
     Filters,
@@ -40,12 +45,14 @@ from sandboxctl.apiserver.e2b.paging import (
     parse_time,
     sort_key,
 )
+from sandboxctl.apiserver.e2b.templates import template_body, with_builds_body
 from sandboxctl.apiserver.errors import status_of
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.snapshot import Located
+from sandboxctl.serving import BodyCap
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
 
@@ -55,6 +62,7 @@ T = TypeVar("T")
 
 MAX_TIMEOUT: Final = 24 * 3600  # what a host agent grants at most
 MAX_REFRESH: Final = 3600
+MAX_BODY_BYTES: Final = 1 << 20  # every body is a small JSON object
 NAME_PREFIX: Final = "e2b-"
 NO_RETRY: Final = {"Should-Retry": "false"}
 CREATE_FIELDS: Final = frozenset(
@@ -65,8 +73,6 @@ CREATE_FIELDS: Final = frozenset(
     }
 )  # fmt: skip
 UNSUPPORTED: Final = {
-    "network": "network rules (allowOut/denyOut, masking) are not enforced by this fleet; "
-    "use allow_internet_access",
     "mcp": "MCP gateways are not served",
     "iam": "workload identity is not served",
     "volumeMounts": "volumes are not served",
@@ -130,9 +136,30 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
     @app.get("/templates/aliases/{alias}")
     async def template_alias(request: Request, alias: str) -> Response:
         tenant(request)
-        if alias not in config.aliases:
-            raise E2bError(404, f"template alias {alias!r} not found")
-        return _json({"templateID": config.aliases[alias][0], "public": True})
+        if alias in config.aliases:
+            return _json({"templateID": config.aliases[alias][0], "public": True})
+        if alias in await _call(store.templates):  # a template's name is its own alias
+            return _json({"templateID": alias, "public": True})
+        raise E2bError(404, f"template alias {alias!r} not found")
+
+    @app.get("/templates")
+    @app.get("/v2/templates")
+    async def templates(request: Request) -> Response:
+        tenant(request)
+        now = store.now()
+        names = await _call(store.templates)
+        entries = await _call(store.template_entries)
+        return _json([template_body(config, name, now, entries.get(name)) for name in names])
+
+    @app.get("/templates/{template_id}")
+    async def one_template(request: Request, template_id: str) -> Response:
+        tenant(request)
+        names = await _call(store.templates)
+        name = config.aliases[template_id][0] if template_id in config.aliases else template_id
+        if name not in names:
+            raise E2bError(404, f"template {template_id!r} not found")
+        entries = await _call(store.template_entries)
+        return _json(with_builds_body(config, name, store.now(), entries.get(name)))
 
     # --- create ------------------------------------------------------------------------
 
@@ -160,6 +187,10 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         internet = _bool(body, "allow_internet_access", False)
         auto_pause = _bool(body, "autoPause", False)
         _refuse_unsupported(body, internet, auto_pause)
+        try:
+            network = create_policy(internet, body.get("network"))
+        except InvalidValueError as error:
+            raise E2bError(400, str(error)) from None
         key = await _call(resolve_template, requested)
         if key is None:
             raise E2bError(404, f"template {requested!r} not found")
@@ -174,6 +205,7 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
             metadata,
             "pause" if auto_pause else "destroy",
             env=env_vars,
+            network=network,
         )
         ids.remember(granted.claim_id)
         reply = sandbox_body(
@@ -183,6 +215,7 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
             template=key.template,
             claim_token=granted.token,
             requested=requested,
+            private=not network.public_traffic,
         )
         return _json(reply, status=201)
 
@@ -219,6 +252,30 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
     async def list_v1(request: Request) -> Response:
         return await listing(request, paged=False)
 
+    # --- metrics of several (before /sandboxes/{sandbox_id}, which would take "metrics") --
+
+    @app.get("/sandboxes/metrics")
+    async def many_metrics(request: Request) -> Response:
+        namespace = tenant(request)
+        try:
+            wanted = parse_sandbox_ids(request.query_params.get("sandbox_ids"))
+        except BadQuery as error:
+            raise E2bError(400, str(error)) from None
+
+        async def newest(sandbox_id: str) -> tuple[str, UsageSample | None]:
+            try:
+                located = await locate(namespace, sandbox_id)
+                samples = await _call(store.usage, located, latest=True)
+            except E2bError as error:
+                if error.code == 404:  # unknown or gone: left out, as upstream
+                    return sandbox_id, None
+                raise
+            return public_id(located.entry.id), samples[-1] if samples else None
+
+        found = await asyncio.gather(*(newest(sandbox_id) for sandbox_id in wanted))
+        body = {sid: metric_body(sample) for sid, sample in found if sample is not None}
+        return _json({"sandboxes": body})
+
     # --- one sandbox ---------------------------------------------------------------------
 
     @app.get("/sandboxes/{sandbox_id}")
@@ -228,7 +285,11 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         row = await read(located, sandbox_id)
         live = Located(located.node, entry_from_row(row))
         now = store.now()
-        return _json(detail_body(config, live, now, row.token))
+        detail = detail_body(config, live, now, row.token)
+        if row.network is not None:
+            detail["allowInternetAccess"] = row.network.internet
+            detail["network"] = network_body(row.network)
+        return _json(detail)
 
     @app.delete("/sandboxes/{sandbox_id}")
     async def kill(request: Request, sandbox_id: str) -> Response:
@@ -236,6 +297,18 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         located = await locate(namespace, sandbox_id)
         await read(located, sandbox_id)  # the inventory may still list one already gone
         await _call(store.release, located)
+        return Response(status_code=204)
+
+    @app.put("/sandboxes/{sandbox_id}/network")
+    async def set_network(request: Request, sandbox_id: str) -> Response:
+        namespace = tenant(request)
+        body = await _object(request)
+        try:
+            change = network_update(body)
+        except InvalidValueError as error:
+            raise E2bError(400, str(error)) from None
+        located = await locate(namespace, sandbox_id)
+        await _call(store.set_network, located, change)
         return Response(status_code=204)
 
     @app.post("/sandboxes/{sandbox_id}/timeout")
@@ -302,14 +375,49 @@ def create_e2b_app(store: SandboxStore, config: E2bConfig) -> FastAPI:
         row = await read(located, sandbox_id)
         return _json(_sandbox_from_row(config, located, row), status=201)
 
-    @app.get("/sandboxes/{sandbox_id}/logs")
-    @app.get("/v2/sandboxes/{sandbox_id}/logs")
-    async def logs(request: Request, sandbox_id: str) -> Response:
+    @app.get("/sandboxes/{sandbox_id}/metrics")
+    async def sandbox_metrics(request: Request, sandbox_id: str) -> Response:
         namespace = tenant(request)
+        start, end = _window(request)
+        located = await locate(namespace, sandbox_id)
+        try:
+            samples = await _call(store.usage, located, start, end)
+        except E2bError as error:
+            if error.code == 404:
+                raise _not_found(sandbox_id) from None
+            raise
+        return _json([metric_body(sample) for sample in samples])
+
+    async def log_events(request: Request, sandbox_id: str) -> list[LogEvent]:
+        """The sandbox's log, live or killed; empty for a sandbox whose log no node keeps
+        (an older agent); 404 for one that is neither logged nor known to this key."""
+        namespace = tenant(request)
+        spellings = list(dict.fromkeys((ids.claim_id(sandbox_id), sandbox_id)))
+        found = await _call(store.log_of, spellings, namespace)
+        if found is not None:
+            return list(found.events)
         await locate(namespace, sandbox_id)
-        return _json({"logs": [], "logEntries": []})  # no log shipping from sandboxes
+        return []
+
+    @app.get("/sandboxes/{sandbox_id}/logs")
+    async def logs_v1(request: Request, sandbox_id: str) -> Response:
+        query = _query(parse_v1, request)
+        chosen = select(await log_events(request, sandbox_id), query)
+        return _json(
+            {
+                "logs": [line_body(event) for event in chosen],
+                "logEntries": [entry_body(event) for event in chosen],
+            }
+        )
+
+    @app.get("/v2/sandboxes/{sandbox_id}/logs")
+    async def logs_v2(request: Request, sandbox_id: str) -> Response:
+        query = _query(parse_v2, request)
+        chosen = select(await log_events(request, sandbox_id), query)
+        return _json({"logs": [entry_body(event) for event in chosen]})
 
     _install_error_handlers(app)
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
     return app
 
 
@@ -326,9 +434,27 @@ async def _object(request: Request, required: bool = True) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise E2bError(400, f"the request body is not JSON: {error}") from None
+    except RecursionError:
+        raise E2bError(400, "the request body is not JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise E2bError(400, "the request body must be a JSON object")
     return body
+
+
+def _window(request: Request) -> tuple[int | None, int | None]:
+    """A metrics query's ``start`` and ``end`` (unix seconds)."""
+    params = request.query_params
+    try:
+        return parse_seconds("start", params.get("start")), parse_seconds("end", params.get("end"))
+    except BadQuery as error:
+        raise E2bError(400, str(error)) from None
+
+
+def _query(parse: Callable[[Mapping[str, str]], T], request: Request) -> T:
+    try:
+        return parse(request.query_params)
+    except BadQuery as error:
+        raise E2bError(400, str(error)) from None
 
 
 def _int(body: dict[str, Any], name: str, low: int, high: int, default: int) -> int:
@@ -399,6 +525,7 @@ def _sandbox_from_row(config: E2bConfig, located: Located, row: SandboxRow) -> d
         node=located.node,
         template=row.key.template,
         claim_token=row.token or "",
+        private=row.network is not None and not row.network.public_traffic,
     )
 
 
@@ -437,6 +564,10 @@ def _translate(error: Exception) -> E2bError:
         log.error("unexpected error serving an e2b request", exc_info=error)
         return E2bError(500, f"internal error: {type(error).__name__}")
     return E2bError(code, str(error), NO_RETRY if code >= 500 else None)
+
+
+def _too_large(limit: int) -> bytes:
+    return json.dumps({"code": 413, "message": f"the request body is over {limit} bytes"}).encode()
 
 
 def _not_found(sandbox_id: str) -> E2bError:

@@ -21,6 +21,12 @@ def envd_access_token(secret: bytes, claim_token: str) -> str:
     return hmac.new(secret, claim_token.encode(), hashlib.sha256).hexdigest()
 
 
+def traffic_access_token(secret: bytes, claim_token: str) -> str:
+    """What guest ports of a sandbox with private traffic require as
+    ``E2B-Traffic-Access-Token``: like the envd token, but never equal to it."""
+    return hmac.new(secret, b"traffic:" + claim_token.encode(), hashlib.sha256).hexdigest()
+
+
 def iso(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -43,15 +49,19 @@ def sandbox_body(
     template: str,
     claim_token: str,
     requested: str | None = None,
+    private: bool = False,
 ) -> dict[str, Any]:
-    """The ``Sandbox`` model (create, connect, resume)."""
+    """The ``Sandbox`` model (create, connect, resume). ``private``: a sandbox created
+    with ``allowPublicTraffic`` false, whose guest ports need its traffic access token."""
     body: dict[str, Any] = {
         "templateID": template,
         "sandboxID": public_id(claim_id),
         "clientID": node,
         "envdVersion": config.envd_version,
         "envdAccessToken": envd_access_token(config.envd_secret, claim_token),
-        "trafficAccessToken": None,
+        "trafficAccessToken": (
+            traffic_access_token(config.envd_secret, claim_token) if private else None
+        ),
         "domain": config.domain,
     }
     alias = alias_of(config, template, requested)
