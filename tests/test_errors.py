@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +26,23 @@ from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.selectors import UnsupportedFieldError
 from sandboxctl.guard.karpenter import AuditReadError
 from sandboxctl.guard.service import GuardStartError, UnboundedRefusal
+from sandboxctl.inventory.kube import KubeStartError
 from sandboxctl.inventory.mesh import MeshStartError
+from sandboxctl.kube.errors import (
+    KubeConfigError,
+    KubeConflict,
+    KubeError,
+    KubeExpired,
+    KubeForbidden,
+    KubeInvalid,
+    KubeNotFound,
+    KubeUnavailable,
+)
 from sandboxctl.sandboxd import errors as agent
 from sandboxctl.sandboxd.api import status_of as agent_status
+from sandboxctl.sandboxd.network.nft import NftError
 from sandboxctl.sandboxd.runtime import RuntimeFailure
+from sandboxctl.sandboxd.state import StateCorrupt
 from sandboxctl.store.errors import (
     ClaimRoutingOff,
     Expired,
@@ -66,6 +80,17 @@ EXAMPLES: list[tuple[SandboxctlError, int | None, int]] = [
     (agent.StateDirInUse("another agent holds it"), 409, 409),
     (RuntimeFailure("bwrap failed to start"), 503, 503),
     (MeshStartError("no sandboxd seed answered"), None, 503),
+    (KubeStartError("no NodeInventory list in 10 s"), None, 503),
+    (KubeConfigError("no kubeconfig"), None, 503),
+    (KubeError("list pods", "boom", 500), None, 502),
+    (KubeUnavailable("list pods", "no answer"), None, 502),
+    (KubeNotFound("get pod", "not found", 404), None, 502),
+    (KubeConflict("patch pod", "conflict", 409), None, 502),
+    (KubeExpired("watch pods", "too old", 410), None, 502),
+    (KubeForbidden("patch pod", "forbidden", 403), None, 502),
+    (KubeInvalid("apply", "invalid", 422), None, 502),
+    (NftError("nft refused the rule"), 503, 503),
+    (StateCorrupt(Path("sandboxd.sqlite"), "not a database"), None, 503),
     (NotFound('sandboxes "x"'), None, 404),
     (Expired(5, 10, 20), None, 410),
     (NodeRefused(409, "paused"), None, 409),

@@ -11,7 +11,9 @@ from __future__ import annotations
 from sandboxctl.agentapi import AgentApiError, AgentError
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError, InventoryFormatError
 from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
+from sandboxctl.inventory.kube import KubeStartError
 from sandboxctl.inventory.mesh import MeshStartError
+from sandboxctl.kube.errors import KubeError
 from sandboxctl.sandboxd.errors import AgentRefusal
 from sandboxctl.sandboxd.runtime import RuntimeFailure
 from sandboxctl.store.errors import (
@@ -37,11 +39,13 @@ def status_of(error: Exception) -> int:
         return _client_error_or(error.status, BAD_GATEWAY)
     if isinstance(error, AgentError):
         return _client_error_or(error.status, BAD_GATEWAY)
-    if isinstance(error, NodeUnavailable | AgentApiError | InventoryFormatError):
-        return BAD_GATEWAY
+    if isinstance(error, NodeUnavailable | AgentApiError | InventoryFormatError | KubeError):
+        return BAD_GATEWAY  # KubeError: the control plane failed a call this server made
     if isinstance(error, NoNodeCapacity):
         return 429
-    if isinstance(error, NoWarmCapacity | ClaimRoutingOff | MeshStartError | RuntimeFailure):
+    if isinstance(
+        error, NoWarmCapacity | ClaimRoutingOff | MeshStartError | KubeStartError | RuntimeFailure
+    ):
         return 503
     if isinstance(error, ConfigurationError):
         return 503  # this server is set up wrong: not the client's mistake

@@ -11,6 +11,8 @@ SandboxctlError                                       -      -
 │   ├── BadContinue (store.lists)      a continue token we did not give  -  400
 │   └── BadQuery (apiserver.e2b.paging)  an e2b list parameter   -      400
 ├── ConfigurationError       settings that must not run together  -      503
+│   ├── KubeConfigError (kube.errors)  no usable kubeconfig          -      503
+│   └── StateCorrupt (sandboxd.state)  the agent's database is unreadable  -  503
 │   └── GuardStartError, UnboundedRefusal (guard.service), AuditReadError (guard.karpenter):
 │       guard-workers cannot start, may not stamp, may not audit (CLI only)  -  503
 ├── InventoryFormatError     a NodeInventory that breaks the model -     502
@@ -25,7 +27,11 @@ SandboxctlError                                       -      -
 │   ├── BadRequest 400, Unauthorized 401, NoSuchSandbox 404, UnknownTemplate 404,
 │   └── Conflict 409, PayloadTooLarge 413, AtCapacity 429, StateDirInUse 409
 ├── RuntimeFailure (sandboxd.runtime)  the runtime could not start or enter  503  503
+│   └── NftError (sandboxd.network.nft)  nftables refused a rule    503    503
 ├── MeshStartError (inventory.mesh)  mesh mode cannot start      -      503
+├── KubeStartError (inventory.kube)  the first NodeInventory list did not come  -  503
+├── KubeError (kube.errors)  a Kubernetes API call this server made failed  -  502
+│   └── KubeUnavailable, KubeNotFound, KubeConflict, KubeExpired, KubeForbidden, KubeInvalid
 └── StoreError (store.errors)
     ├── NotFound             no fresh node holds it                -      404
     ├── Expired              a resourceVersion or continue token we no longer hold  410
