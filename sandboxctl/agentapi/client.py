@@ -187,7 +187,12 @@ def unreachable(address: str, error: httpx.TransportError) -> AgentUnreachable:
         reason = "connection refused"
     else:
         reason = " ".join((str(error) or type(error).__name__).split())
-    return AgentUnreachable(address, reason, undelivered=isinstance(error, _BEFORE_SENDING))
+    return AgentUnreachable(
+        address,
+        reason,
+        undelivered=isinstance(error, _BEFORE_SENDING),
+        timed_out=isinstance(error, httpx.TimeoutException),
+    )
 
 
 def _refused(error: BaseException) -> bool:

@@ -50,10 +50,13 @@ class AgentUnreachable(AgentApiError):
     cut-off answer the agent may have acted on it.
     """
 
-    def __init__(self, address: str, reason: str, undelivered: bool) -> None:
+    def __init__(
+        self, address: str, reason: str, undelivered: bool, timed_out: bool = False
+    ) -> None:
         self.address = address
         self.reason = reason
         self.undelivered = undelivered
+        self.timed_out = timed_out  # no answer in time: the agent may only be slow
         super().__init__(f"sandboxd {address}: {reason}")
 
 

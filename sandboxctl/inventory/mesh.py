@@ -73,6 +73,12 @@ class PollResult:
     def ok(self) -> bool:
         return bool(self.node)
 
+    @property
+    def waiting(self) -> bool:
+        """No answer yet: still busy when its tick ended, or its request timed out (a
+        seed that is only slow, which start gives time)."""
+        return self.slow or (isinstance(self.error, AgentUnreachable) and self.error.timed_out)
+
 
 class MeshInventorySource:
     """An :class:`InventorySource` fed by polling sandboxd agents directly.
@@ -135,13 +141,13 @@ class MeshInventorySource:
         results = self.poll_once()
         while (
             not any(r.ok for r in results)
-            and any(r.slow for r in results)
+            and any(r.waiting for r in results)
             and time.monotonic() < deadline
         ):
             self._stopping.wait(START_RETRY_SECONDS)
             results = self.poll_once()
         waited = f"no answer within {format_duration(timedelta(seconds=START_SECONDS))}"
-        results = tuple(replace(r, reason=waited) if r.slow else r for r in results)
+        results = tuple(replace(r, reason=waited) if r.waiting else r for r in results)
         try:
             _check_start(results)
         except MeshStartError:
