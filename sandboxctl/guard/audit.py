@@ -298,8 +298,8 @@ def _audit_pool(spec: NodePoolSpec, given: AuditInput) -> tuple[PoolReport, list
             Level.FAIL,
             "no-termination-grace-period",
             "spec.template.spec.terminationGracePeriod is unset: a busy pod's "
-            "do-not-disrupt blocks drift for as long as it stays (KP4) and leaves an expired "
-            "node half-drained forever (KP6); set it (e.g. 1h), let the NodeClaims cycle, "
+            "do-not-disrupt blocks drift for as long as it stays and leaves an expired "
+            "node half-drained forever; set it (e.g. 1h), let the NodeClaims cycle, "
             "then stamp",
         )
     if tgp is not None and worker_grace is not None and tgp <= timedelta(seconds=worker_grace):
@@ -308,7 +308,7 @@ def _audit_pool(spec: NodePoolSpec, given: AuditInput) -> tuple[PoolReport, list
             "grace-not-above-worker-grace",
             f"terminationGracePeriod {format_duration(tgp)} is not above the workers' "
             f"terminationGracePeriodSeconds {worker_grace}: Karpenter deletes them as the "
-            "drain starts and they lose their grace (KP12)",
+            "drain starts and they lose their grace",
         )
     if tgp is not None and given.max_roll is not None and tgp > given.max_roll:
         add(
@@ -324,7 +324,7 @@ def _audit_pool(spec: NodePoolSpec, given: AuditInput) -> tuple[PoolReport, list
             "expiry-with-annotations",
             f"expireAfter {spec.expire_after_text} with {len(annotated)} annotated pod(s) "
             "and no terminationGracePeriod: an expired node stays half-drained while the "
-            "annotation stays (KP6)",
+            "annotation stays",
         )
     stale_claims = [c for c in claims if tgp is not None and c.termination_grace != tgp]
     if stale_claims:
@@ -332,7 +332,7 @@ def _audit_pool(spec: NodePoolSpec, given: AuditInput) -> tuple[PoolReport, list
             Level.WARN,
             "claims-without-ceiling",
             f"{len(stale_claims)} of {len(claims)} NodeClaims carry no or another "
-            "terminationGracePeriod than the NodePool (KP11: it is copied at creation); "
+            "terminationGracePeriod than the NodePool: it is copied at creation; "
             "cycle them before relying on the ceiling",
         )
     always = [b for b in spec.budgets if not b.schedule]
@@ -406,10 +406,10 @@ def _budget_text(budgets: Mapping[str, int], scheduled: Sequence[Budget], total:
 def _consolidation_text(spec: NodePoolSpec) -> str:
     after = f" after {spec.consolidate_after}" if spec.consolidate_after else ""
     if spec.consolidation_policy == "WhenEmpty":
-        return f"WhenEmpty{after}: any worker pod, busy or idle, keeps its node (KP10)"
+        return f"WhenEmpty{after}: any worker pod, busy or idle, keeps its node"
     return (
         f"{spec.consolidation_policy}{after}: the annotation is a busy worker's only "
-        "protection from consolidation (KP10)"
+        "protection from consolidation"
     )
 
 

@@ -183,7 +183,7 @@ class Guard:
             pools = ", ".join(sorted({f.nodepool for f in failures}))
             why = (
                 f"NodePool {pools} has no terminationGracePeriod, so a busy pod's "
-                "do-not-disrupt would block drift forever and wedge expiry (KP4, KP6)"
+                "do-not-disrupt would block drift forever and wedge expiry"
             )
             if self._allow_unbounded or self.settings.dry_run:
                 self.unbounded_allowed = True
