@@ -11,14 +11,19 @@ relists, as it would after etcd compaction. Versions are per server; a client th
 to another replica relists the same way.
 
 A name held on several nodes is one object: the first node, in node-name order, that
-holds it (the order of ``FleetView.lookup_name``). Every query sees that same object, so
-a list and a watch, pinned or not, agree.
+holds it (the order of ``FleetView.lookup_name``). Every query sees that same object, but
+for a pinned one (a namespace and ``metadata.name=``) whose selectors reject it: that
+query sees the first other holder they accept (``Held.visible``), so a rejected duplicate
+cannot hide an accepted one. A pinned list and a pinned watch agree, and so do a list and
+a watch that are not pinned.
 
 ``sync`` is incremental: it keeps each node's record as last read and rescans only the
 nodes whose record object is not that one (a republish, or an overlay of this server's
 writes) or that went stale or left. A sync whose inputs are the ones it last saw returns
-at once. An object is built only when its name's winning entry changes; ``Sandbox``
-objects are the ledger's, built once per inventory change, never per read.
+at once. An object is built only when an entry of its name changes; ``Sandbox``
+objects are the ledger's, built once per inventory change, never per read; the other
+holders' objects of a duplicate name are rebuilt at each change of that name, so whichever
+holder a pinned watch shows carries the version of the change that showed it.
 
 The log keeps the last ``retain`` changes; a watch from a version older than that, or
 from one this server never gave, is told ``Expired`` (410).
@@ -49,14 +54,26 @@ DEFAULT_RETAIN: Final = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """What a name reads as: the node and entry that won it, and its served object."""
+    """What a name reads as: the node and entry that won it, and its served object;
+    ``others``, the name's other holders in node-name order (duplicates: usually none)."""
 
     located: Located
     object: Object
+    others: tuple[Held, ...] = ()
 
     @property
     def version(self) -> int:
         return int(self.object["metadata"]["resourceVersion"])
+
+    def visible(self, accepts: Callable[[Located], bool]) -> Held | None:
+        """What a pinned query sees: the first holder, in node-name order, it accepts."""
+        if accepts(self.located):
+            return self
+        return next((other for other in self.others if accepts(other.located)), None)
+
+    def on(self, node: str) -> Held:
+        """The holder on ``node``, else the winner."""
+        return next((h for h in (self, *self.others) if h.located.node == node), self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +263,7 @@ class Ledger:
         return self._settle(touched)
 
     def _settle(self, touched: Iterable[Name]) -> list[Change]:
-        """Log a change for every touched name whose winning entry is not the one held."""
+        """Log a change for every touched name whose holders' entries are not the ones held."""
         state = self._state
         held = state.held
         mutation = held.mutate()
@@ -259,19 +276,26 @@ class Ledger:
             if not nodes:
                 if last is not None:
                     del mutation[name]
-                    if not initial:  # the last object, at the version of its deletion
+                    if not initial:  # the last objects, at the version of their deletion
                         version += 1
-                        gone = Held(last.located, _at_version(last.object, version))
-                        changes.append(Change(version, DELETED, name, gone, last))
+                        changes.append(Change(version, DELETED, name, _gone(last, version), last))
                 continue
             node = nodes[0]
             entry = self._nodes[node][1][name]
-            if last is not None and last.located.node == node and last.located.entry == entry:
+            duplicates = [Located(n, self._nodes[n][1][name]) for n in nodes[1:]]
+            kept = last is not None and last.located.node == node and last.located.entry == entry
+            if last is not None and kept and [o.located for o in last.others] == duplicates:
                 continue
             if not initial:
                 version += 1
-            located = Located(node, entry)
-            now = Held(located, sandbox_object(located, str(version)))
+            rv = str(version)
+            if last is not None and kept:  # a change of a duplicate alone keeps the winner
+                now = Held(last.located, last.object)
+            else:
+                located = Located(node, entry)
+                now = Held(located, sandbox_object(located, rv))
+            if duplicates:
+                now = Held(now.located, now.object, tuple(_held(d, rv) for d in duplicates))
             mutation[name] = now
             if not initial:
                 kind = ADDED if last is None else MODIFIED
@@ -288,6 +312,15 @@ class Ledger:
                 self._compacted = self._log[overflow - 1].version
                 del self._log[:overflow]
         return changes
+
+
+def _held(located: Located, version: str) -> Held:
+    return Held(located, sandbox_object(located, version))
+
+
+def _gone(last: Held, version: int) -> Held:
+    others = tuple(_gone(other, version) for other in last.others)
+    return Held(last.located, _at_version(last.object, version), others)
 
 
 def _at_version(obj: Object, version: int) -> Object:

@@ -51,13 +51,15 @@ class ListPage:
 
 def select(state: State, query: Query, after: Name | None = None) -> Iterator[Held]:
     """The objects of ``state`` the query accepts, sorted by (namespace, name), from the
-    first name after ``after``."""
+    first name after ``after``. A pinned query answers the first holder of its name that
+    it accepts (a duplicate, when it rejects the winner)."""
     held = state.held
     pin = query.pin
     if pin is not None:
         found = held.get(pin)
-        if found is not None and (after is None or pin > after) and query.accepts(found.located):
-            yield found
+        visible = found.visible(query.accepts) if found is not None else None
+        if visible is not None and (after is None or pin > after):
+            yield visible
         return
     names = state.names()
     start, end = 0, len(names)

@@ -12,7 +12,9 @@ A change is filtered as the kube-apiserver's watch cache does: an object that st
 match the query is ADDED, one that stops matching is DELETED (carrying the new object),
 and one that matches before and after is MODIFIED. A pinned watch (a namespaced query
 with ``metadata.name=``) is the same cursor; it skips every other name without looking
-at its selectors, so its tick costs the changes since the last, never the fleet.
+at its selectors, so its tick costs the changes since the last, never the fleet. It
+follows what a pinned list answers: the first holder of the name its selectors accept
+(``Held.visible``), so a duplicate can show through one the selectors reject.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sandboxctl.core.watching import ADDED, DELETED, MODIFIED, WatchEvent, bookmark
-from sandboxctl.store.ledger import Change
+from sandboxctl.store.ledger import Change, Held
 from sandboxctl.store.lists import select
 
 if TYPE_CHECKING:
@@ -87,16 +89,27 @@ class Watch:
         """A BOOKMARK at the current version (for ``allowWatchBookmarks``)."""
         return bookmark(str(self.version))
 
+    def _visible(self, held: Held | None) -> Held | None:
+        """What this watch sees of a name: the winner if accepted, or for a pinned watch
+        the first holder accepted (as its list answers)."""
+        if held is None:
+            return None
+        if self._query.pin is not None:
+            return held.visible(self._query.accepts)
+        return held if self._query.accepts(held.located) else None
+
     def _filtered(self, change: Change) -> WatchEvent | None:
-        accepts = self._query.accepts
-        was = change.before is not None and accepts(change.before.located)
+        was = self._visible(change.before)
         if change.type == DELETED:
-            return WatchEvent(DELETED, change.held.object) if was else None
-        now = accepts(change.held.located)
-        if now and was:
-            return WatchEvent(MODIFIED, change.held.object)
-        if now:
-            return WatchEvent(ADDED, change.held.object)
-        if was:
-            return WatchEvent(DELETED, change.held.object)
+            gone = self._visible(change.held)
+            return WatchEvent(DELETED, gone.object) if gone is not None else None
+        now = self._visible(change.held)
+        if now is not None and was is not None:
+            if now.object is was.object:  # a change of a duplicate this watch does not show
+                return None
+            return WatchEvent(MODIFIED, now.object)
+        if now is not None:
+            return WatchEvent(ADDED, now.object)
+        if was is not None:  # stopped matching: the new state of what it showed
+            return WatchEvent(DELETED, change.held.on(was.located.node).object)
         return None

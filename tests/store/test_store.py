@@ -12,6 +12,7 @@ from sandboxctl.clock import ManualClock
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import NodeInventory
+from sandboxctl.core.sandboxes import ANNOTATION_CLAIM_ID as CLAIM_ID
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import NotFound, Query, SandboxStore
 from sandboxctl.store.errors import Expired
@@ -30,6 +31,9 @@ def _store(
     source = MemoryInventorySource(nodes, clock=clock)
     store = SandboxStore(source, FreshnessRule(), clock=clock, retain=retain, first_version=1000)
     return store, source
+
+
+RUNNING = "sandbox.cocoonstack.io/phase=Running"
 
 
 def _names(objects: list[dict[str, Any]]) -> list[str]:
@@ -142,6 +146,66 @@ def test_a_name_on_two_nodes_is_one_object_from_the_first_node(clock: ManualCloc
     source.remove("a")
     (listed,) = store.list(Query.parse("default")).items
     assert listed["status"]["nodeName"] == "b"
+
+
+def _held_by(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["status"]["nodeName"], obj["metadata"]["annotations"][CLAIM_ID]
+
+
+def test_a_pinned_list_and_watch_show_the_duplicate_their_selectors_accept(
+    clock: ManualClock,
+) -> None:
+    # the name resolves to a's Paused claim; b's Running claim has the same name
+    paused = entry("default/dup", "Hibernated", claim_id="sb_a")
+    store, source = _store(
+        clock, node("a", paused), node("b", entry("default/dup", claim_id="sb_b"))
+    )
+    running = Query.parse("default", labels=RUNNING, fields="metadata.name=dup")
+    (listed,) = store.list(running).items
+    assert _held_by(listed) == ("b", "sb_b")
+    watch = store.watch(running, send_initial_events=True)
+    opening = watch.open()
+    assert [e.type for e in opening] == ["ADDED", "BOOKMARK"]
+    assert opening[0].object is listed
+    # without selectors, or across the fleet, the name still reads as the first holder
+    assert _held_by(store.get("default", "dup")) == ("a", "sb_a")
+    assert store.list(Query.parse("default", labels=RUNNING)).items == []
+    (unselected,) = store.list(Query.parse("default", fields="metadata.name=dup")).items
+    assert _held_by(unselected) == ("a", "sb_a")
+
+    source.apply(node("a", entry("default/dup", claim_id="sb_a")))  # a runs: it shows
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("a", "sb_a"))
+    source.apply(node("a", paused))  # paused again: b's shows through
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("b", "sb_b"))
+    assert _rv(event.object) == watch.version  # at the change that showed it
+    assert store.list(running).items == [event.object]
+    source.apply(node("b", entry("default/dup", "Hibernated", claim_id="sb_b")))
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b"))
+    assert store.list(running).items == []
+    source.apply(node("b", entry("default/dup", claim_id="sb_b2")))  # claimed again on b
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("ADDED", ("b", "sb_b2"))
+    source.remove("b")
+    source.remove("a")
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b2"))
+
+
+def test_a_duplicates_change_alone_is_no_event_for_a_watch_that_does_not_show_it(
+    clock: ManualClock,
+) -> None:
+    store, source = _store(clock, node("a", entry("default/dup", claim_id="sb_a")))
+    fleet = store.watch(Query.parse("default"))
+    pinned = store.watch(Query.parse("default", labels=RUNNING, fields="metadata.name=dup"))
+    assert len(fleet.open()) == len(pinned.open()) == 1
+    source.apply(node("b", entry("default/dup", claim_id="sb_b")))
+    source.apply(node("b", entry("default/dup", "Hibernated", claim_id="sb_b")))
+    assert fleet.poll() == pinned.poll() == []
+    (listed,) = store.list(Query.parse("default")).items
+    assert _held_by(listed) == ("a", "sb_a")
 
 
 def test_a_stale_nodes_sandboxes_leave_lists_gets_and_watches(clock: ManualClock) -> None:

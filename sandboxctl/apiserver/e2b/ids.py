@@ -20,6 +20,14 @@ def public_id(claim_id: str) -> str:
     return _NOT_DNS.sub("-", claim_id.lower())
 
 
+def claim_spelling(requested: str) -> str:
+    """The agents' spelling of a public id: ``sb-0123abcd`` -> ``sb_0123abcd`` (agents
+    name claims ``sb_`` + hex); any other id as given."""
+    if requested.startswith("sb-"):
+        return "sb_" + requested[3:]
+    return requested
+
+
 def same_sandbox(requested: str, claim_id: str) -> bool:
     """Whether a requested id names this claim: equal, or equal to its public spelling."""
     return requested == claim_id or public_id(claim_id) == public_id(requested)
@@ -45,6 +53,7 @@ class ClaimIds:
                 self._ids.popitem(last=False)
 
     def claim_id(self, requested: str) -> str:
-        """The node-side spelling when known, else the id as requested."""
+        """The node-side spelling when known, else the agents' spelling of the id as
+        requested: a replica that has not seen the sandbox asks the nodes with it."""
         with self._lock:
-            return self._ids.get(public_id(requested), requested)
+            return self._ids.get(public_id(requested), claim_spelling(requested))
