@@ -9,38 +9,43 @@ that agent. Needs root, bubblewrap, iproute2 and nftables; otherwise one ``skipp
 
 - ``warm claim with policy (http)``: ``POST /v1/claim`` with ``network`` (internet, 8
   allow and 8 deny CIDRs), in batches of 10 with a refill between: the policy is one
-  nftables transaction on the claim path. Target p50 <= 5 ms.
+  nftables transaction on the claim path. Target p50 <= 5 ms. Measured again beside 50
+  other tables on the host (as other agents and test runs leave): the claim's
+  transaction reads nothing of the kernel's state, so it should not grow.
 - ``cold start``: ``agent.claim`` of a key without a warm pool, with the network and
   without, interleaved (each released, untimed); ``network cost`` is the p50 difference.
 - ``starts per second (network)``: a refill of 20 from empty.
-- ``TCP throughput``: 256 MiB sent to a sink on the test host, from a sandbox through NAT
-  and from the host itself; ``ratio`` = sandbox / host, target >= 0.8.
+- ``TCP throughput``: 128 MiB sent to a sink on the test host, from a sandbox through NAT
+  and from the host itself, in interleaved pairs (which goes first alternates);
+  ``ratio`` = the median of the pairs' sandbox / host, target >= 0.8.
 - ``get_host request``: a GET to a server in the sandbox, through the proxy
-  (``8000-ID.domain``, kept-alive client) and straight to the sandbox's loopback (a
-  connection made inside its namespace, kept alive); ``added`` is the p50 difference,
-  target <= 1 ms.
+  (``8000-ID.domain``) and straight to the sandbox's loopback (a connection made inside
+  its namespace), both over one kept-alive socket with the same bytes, interleaved;
+  ``added`` is the p50 difference, target <= 1 ms. The server listens on every address,
+  so the proxy reaches it through the sandbox's veth; a second one bound to the sandbox's
+  loopback only is reached through the agent's relay (its own row).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
-
 from benchmarks import Row, with_target
 from benchmarks.bench_envd import _free_port, _serving
-from benchmarks.timing import Timing, measure
+from benchmarks.timing import Timing
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.netpolicy import policy
@@ -59,7 +64,9 @@ TOKEN = "bench-network-token"
 SECRET = b"bench-network-secret"
 DOMAIN = "sandboxes.bench"
 SINK_PORT = 9000
-THROUGHPUT_BYTES = 256 << 20
+THROUGHPUT_BYTES = 128 << 20
+THROUGHPUT_PAIRS = 7
+NEIGHBOUR_TABLES = 50
 POLICY = policy(
     True,
     allow_out=[f"198.51.100.{n}/32" for n in range(8)],
@@ -78,7 +85,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"ok")
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
+import sys
+http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
 """
 SEND = """
 import socket, sys, time
@@ -113,6 +121,8 @@ def run() -> Iterator[Row]:
         client = AgentClient(f"http://{address}", TOKEN)
         stack.callback(client.close)
         yield _warm_claims(networked, client)
+        with _neighbour_tables(NEIGHBOUR_TABLES):
+            yield _warm_claims(networked, client, f", {NEIGHBOUR_TABLES} other tables")
         yield from _cold_starts(networked, plain)
         yield _starts_per_second(networked)
         host = stack.enter_context(net_host(extra_addresses=1))
@@ -132,7 +142,27 @@ def _agent(stack: ExitStack, state: Path, uid_base: int, network: SandboxNetwork
     return agent
 
 
-def _warm_claims(agent: Agent, client: AgentClient) -> Row:
+@contextlib.contextmanager
+def _neighbour_tables(count: int) -> Iterator[None]:
+    """``count`` small tables of someone else's on the host, for the time of the block."""
+    from sandboxctl.sandboxd.network.nft import Nft
+
+    nft = Nft()
+    names = [f"bench_neighbour_{os.getpid()}_{n}" for n in range(count)]
+    commands: list[dict[str, object]] = []
+    for name in names:
+        table = {"family": "inet", "name": name}
+        chain = {"family": "inet", "table": name, "name": "c"}
+        commands += [{"add": {"table": table}}, {"add": {"chain": chain}}]
+        commands += [{"add": {"rule": {**chain, "chain": "c", "expr": [{"accept": None}]}}}]
+    nft.run(commands)
+    try:
+        yield
+    finally:
+        nft.run([{"delete": {"table": {"family": "inet", "name": name}}} for name in names])
+
+
+def _warm_claims(agent: Agent, client: AgentClient, beside: str = "") -> Row:
     samples: list[float] = []
     request = ClaimRequest("base", network=POLICY, ttl_seconds=600)
     for _ in range(5):
@@ -147,7 +177,7 @@ def _warm_claims(agent: Agent, client: AgentClient) -> Row:
             agent.release(record.id)
     agent.set_pools({})
     timing = Timing(tuple(sorted(samples)))
-    row = _row("warm claim with policy (http)", **timing.figures("ms"))
+    row = _row(f"warm claim with policy (http){beside}", **timing.figures("ms"))
     return with_target(row, timing.p50_ns / 1e6 <= 5.0, "p50 <= 5 ms")
 
 
@@ -185,20 +215,24 @@ def _throughput(agent: Agent, host: NetHost) -> Row:
     argv = ["python3", "-c", SEND, target, str(SINK_PORT), str(THROUGHPUT_BYTES)]
     inside = agent.runtime.enter_command(agent.spec(record), agent.identity(record), argv)
     rates: dict[str, list[float]] = {"sandbox": [], "host": []}
-    for _ in range(3):
-        for label, command in (("sandbox", inside), ("host", argv)):
+    ratios = []
+    for pair in range(THROUGHPUT_PAIRS):
+        sides = [("sandbox", inside), ("host", argv)]
+        for label, command in sides if pair % 2 == 0 else reversed(sides):
             done = subprocess.run(
                 command, env=sandbox_env(), capture_output=True, text=True, check=True
             )
             rates[label].append(THROUGHPUT_BYTES / float(done.stdout) / (1 << 20))
+        ratios.append(rates["sandbox"][-1] / rates["host"][-1])
     agent.release(record.id)
-    sandbox, direct = max(rates["sandbox"]), max(rates["host"])
-    ratio = sandbox / direct
+    ratio = statistics.median(ratios)
     row = _row(
         "TCP throughput sandbox->test host (NAT) / host->test host",
-        sandbox_mib_s=round(sandbox), host_mib_s=round(direct), ratio=round(ratio, 2),
+        sandbox_mib_per_s=round(statistics.median(rates["sandbox"])),
+        host_mib_per_s=round(statistics.median(rates["host"])),
+        ratio=round(ratio, 2), runs=len(ratios),
     )  # fmt: skip
-    return with_target(row, ratio >= 0.8, "ratio >= 0.8")
+    return with_target(row, ratio >= 0.8, "median ratio >= 0.8")
 
 
 def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
@@ -210,51 +244,93 @@ def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
     from sandboxctl.store.nodes import NodeAccess
 
     record = agent.claim(ClaimRequest("base", ttl_seconds=600))
-    server = agent.runtime.enter_command(
-        agent.spec(record), agent.identity(record), ["python3", "-c", GUEST]
-    )
-    guest = subprocess.Popen(server, env=sandbox_env(), start_new_session=True)
-    stack.callback(guest.wait)
-    stack.callback(guest.kill)
+    for bind, port in (("0.0.0.0", 8000), ("127.0.0.1", 8001)):
+        server = agent.runtime.enter_command(
+            agent.spec(record), agent.identity(record), ["python3", "-c", GUEST, bind, str(port)]
+        )
+        guest = subprocess.Popen(server, env=sandbox_env(), start_new_session=True)
+        stack.callback(guest.wait)
+        stack.callback(guest.kill)
     source = MeshInventorySource([address], TOKEN, poll_interval=timedelta(seconds=0.2))
     source.start()
     stack.callback(source.stop)
     store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
     stack.callback(store.close)
     proxy_url = stack.enter_context(_serving(create_proxy_app(store, SECRET, DOMAIN)))
-    host = f"8000-{public_id(record.id)}.{DOMAIN}"
-    client = stack.enter_context(httpx.Client(base_url=proxy_url, headers={"Host": host}))
+    proxy_port = int(proxy_url.rpartition(":")[2])
+    pid = agent.identity(record).pid
+    rows: dict[str, Timing] = {}
+    for port, label in ((8000, "through the proxy"), (8001, "through the proxy and agent")):
+        host = f"{port}-{public_id(record.id)}.{DOMAIN}"
+        inside = _exchanger(
+            stack, _when_up(functools.partial(connect_inside, pid, port)), "localhost"
+        )
+        to_proxy = functools.partial(socket.create_connection, ("127.0.0.1", proxy_port))
+        proxied = _exchanger(stack, _when_up(to_proxy), host)
+        deadline = time.monotonic() + 30
+        while proxied() != 200:  # the inventory lists the sandbox; a refusal is forgotten
+            if time.monotonic() > deadline:
+                raise RuntimeError("the guest server never answered through the proxy")
+            time.sleep(0.1)
+        loop, relayed = _interleaved(inside, proxied, runs=300, warmup=20)
+        rows.setdefault("loopback", loop)
+        rows[label] = relayed
+    yield _row("get_host: sandbox loopback (direct)", **rows["loopback"].figures("ms"))
+    for label, via, target in (
+        ("through the proxy", "server on every address: proxy to the veth", True),
+        ("through the proxy and agent", "server on loopback: relayed by the agent", False),
+    ):
+        yield _row(f"get_host: {label} ({via.partition(':')[0]})", **rows[label].figures("ms"))
+        added = (rows[label].p50_ns - rows["loopback"].p50_ns) / 1e6
+        row = _row(f"get_host: added, {via}", p50_ms=round(added, 2))
+        yield with_target(row, added <= 1.0, "p50 <= 1 ms") if target else row
+
+
+def _when_up(connect: Callable[[], socket.socket]) -> socket.socket:
     deadline = time.monotonic() + 30
     while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if client.get("/").status_code == 200:
-                break
-        if time.monotonic() > deadline:
-            raise RuntimeError("the guest server never answered through the proxy")
-        time.sleep(0.1)
-    sock = connect_inside(agent.identity(record).pid, 8000)
-    stack.callback(sock.close)
-    request = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        try:
+            return connect()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
-    def direct() -> None:
+
+def _exchanger(stack: ExitStack, sock: socket.socket, host: str) -> Callable[[], int]:
+    """One GET over a kept-alive socket per call; its status (a bench server's answer
+    always ends in its 2-byte body; a proxy's 502 names the sandbox)."""
+    stack.callback(sock.close)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    request = f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+
+    def exchange() -> int:
         sock.sendall(request)
         answer = b""
-        while not answer.endswith(b"ok"):
-            answer += sock.recv(4096)
+        while b"\r\n\r\n" not in answer or not (answer.endswith(b"ok") or answer.endswith(b"}")):
+            data = sock.recv(4096)
+            if not data:
+                raise ConnectionError("closed")
+            answer += data
+        return int(answer[9:12])
 
-    def proxied() -> None:
-        client.get("/")
+    return exchange
 
-    loop = measure(direct, runs=300, warmup=20)
-    relayed = measure(proxied, runs=300, warmup=20)
-    yield _row("get_host: sandbox loopback (direct)", **loop.figures("ms"))
-    yield _row("get_host: through the proxy", **relayed.figures("ms"))
-    added = (relayed.p50_ns - loop.p50_ns) / 1e6
-    yield with_target(
-        _row("get_host: added by proxy and agent", p50_ms=round(added, 2)),
-        added <= 1.0,
-        "p50 <= 1 ms",
-    )
+
+def _interleaved(
+    first: Callable[[], object], second: Callable[[], object], runs: int, warmup: int
+) -> tuple[Timing, Timing]:
+    """Time two operations alternately, so a busy moment of the machine hits both."""
+    for _ in range(warmup):
+        first()
+        second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for fn, into in ((first, samples[0]), (second, samples[1])):
+            started = time.perf_counter_ns()
+            fn()
+            into.append(time.perf_counter_ns() - started)
+    return Timing(tuple(sorted(samples[0]))), Timing(tuple(sorted(samples[1])))
 
 
 def _unavailable() -> str | None:

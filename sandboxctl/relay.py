@@ -203,13 +203,16 @@ class Upstream:
         *,
         chunked: bool = False,
         head_only: bool = False,
+        connection: Connection | None = None,
     ) -> AsyncIterator[Response]:
         """Send ``head`` (a whole request head) and ``body`` to the agent at ``address``
         (``host:port``, or an ``http(s)://`` URL); yields the response once its head is
         in. ``chunked`` frames the body in chunks (the head must say so). Raises
         :class:`UpstreamError` when the agent cannot be reached or does not answer;
-        exceptions from ``body`` propagate."""
-        connection = self._take(address) or await self._connect(address)
+        exceptions from ``body`` propagate. ``connection`` (from :meth:`connect`) is
+        used instead of taking one."""
+        if connection is None:
+            connection = await self.connect(address)
         response: Response | None = None
         try:
             response = await exchange_on(connection, head, body, chunked, head_only)
@@ -219,6 +222,11 @@ class Upstream:
                 self._put(connection)
             else:
                 connection.close()
+
+    async def connect(self, address: str) -> Connection:
+        """A kept-alive connection to ``address``, or a new one (:class:`UpstreamError`
+        when it cannot be opened): a caller that can go elsewhere asks first."""
+        return self._take(address) or await self._connect(address)
 
     def close(self) -> None:
         """Close every idle connection (one in use closes when its exchange ends)."""

@@ -12,6 +12,7 @@ link-local (metadata) address: those rules come first and no ``allow_out`` opens
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -81,31 +82,37 @@ def targets(values: Iterable[str], field: str) -> tuple[str, ...]:
     """CIDRs and IPv4 addresses, normalized (``8.8.8.8`` -> ``8.8.8.8/32``), in order,
     without repeats. A domain name, an IPv6 target or a malformed one is an error naming
     ``network.<field>``."""
-    found: list[str] = []
+    found: dict[str, None] = {}
     for value in values:
         if not isinstance(value, str):
             raise InvalidValueError(f"network.{field}: expected strings, got {value!r}")
-        text = value.strip()
-        try:
-            network = ipaddress.ip_network(text, strict=False)
-        except ValueError:
-            if _looks_like_domain(text):
-                raise InvalidValueError(
-                    f"network.{field}: {value!r} is a domain name; this fleet filters by "
-                    "address only: give CIDRs or IPs"
-                ) from None
-            raise InvalidValueError(
-                f"network.{field}: {value!r} is not a CIDR or an IP address"
-            ) from None
-        if network.version != 4:
-            raise InvalidValueError(
-                f"network.{field}: {value!r}: sandboxes have no IPv6; give IPv4 CIDRs or IPs"
-            )
-        if str(network) not in found:
-            found.append(str(network))
+        found[_normal(value, field)] = None
     if len(found) > MAX_RULES:
         raise InvalidValueError(f"network.{field}: at most {MAX_RULES} entries")
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normal(value: str, field: str) -> str:
+    """One target, normalized; cached, as every claim and every row read parses its
+    policy again and policies repeat (an error is not cached: it raises)."""
+    text = value.strip()
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        if _looks_like_domain(text):
+            raise InvalidValueError(
+                f"network.{field}: {value!r} is a domain name; this fleet filters by "
+                "address only: give CIDRs or IPs"
+            ) from None
+        raise InvalidValueError(
+            f"network.{field}: {value!r} is not a CIDR or an IP address"
+        ) from None
+    if network.version != 4:
+        raise InvalidValueError(
+            f"network.{field}: {value!r}: sandboxes have no IPv6; give IPv4 CIDRs or IPs"
+        )
+    return str(network)
 
 
 def _looks_like_domain(text: str) -> bool:

@@ -17,11 +17,12 @@ from websockets.exceptions import InvalidHandshake
 
 from sandboxctl.apiserver.e2b.models import envd_access_token, traffic_access_token
 from sandboxctl.proxy.budget import TokenBucket
+from sandboxctl.proxy.guest import DirectGuests
 from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
 from sandboxctl.proxy.signature import BadSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
-from sandboxctl.relay import open_websocket, relay_websocket
+from sandboxctl.relay import Connection, open_websocket, relay_websocket
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger("sandboxctl.proxy")
@@ -108,6 +109,7 @@ class ProxyApp:
             store, self.budget, OwnerCache(owner_ttl), on_probe=self.metrics.probes.inc
         )
         self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
+        self._guests = DirectGuests()
         # One HMAC per claim token, not per request: the same bound as the owner cache.
         self._access_token = functools.lru_cache(maxsize=CACHE_CAPACITY)(
             functools.partial(envd_access_token, envd_secret)
@@ -185,9 +187,11 @@ class ProxyApp:
     async def _guest_port(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target
     ) -> None:
-        """Any other port: relayed to the owning agent's guest-port route, which connects
-        inside the sandbox. No envd token; a sandbox created with allowPublicTraffic false
-        requires its traffic access token (E2B-Traffic-Access-Token)."""
+        """Any other port: straight to the sandbox when this proxy runs beside its agent
+        and the server listens on the sandbox's address (``guest.py``), else relayed to
+        the owning agent's guest-port route, which connects inside the sandbox. No envd
+        token; a sandbox created with allowPublicTraffic false requires its traffic
+        access token (E2B-Traffic-Access-Token)."""
         owner = self.resolver.cached(target.sandbox_id)
         if owner is None:
             owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
@@ -198,6 +202,10 @@ class ProxyApp:
         if not self._traffic_allowed(owner, headers):
             self.metrics.count("unauthorized")
             await _unauthorized(send, f"this sandbox's ports need its {TRAFFIC_TOKEN}")
+            return
+        direct = await self._guests.connect(owner.claim_id, owner.sandbox_address, target.port)
+        if direct is not None:
+            await self._relay(scope, receive, send, headers, target, owner, guest=direct)
             return
         prefix = f"/v1/sandboxes/{owner.claim_id}/ports/{target.port}"
         await self._relay(scope, receive, send, headers, target, owner, prefix)
@@ -224,19 +232,26 @@ class ProxyApp:
             return
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         query = (scope.get("query_string") or b"").decode("latin-1")
-        scheme = "wss" if owner.address.startswith("https://") else "ws"
-        uri = (
-            f"{scheme}://{authority(owner.address)}/v1/sandboxes/{owner.claim_id}"
-            f"/ports/{target.port}{path}" + (f"?{query}" if query else "")
-        )
+        query = f"?{query}" if query else ""
+        sock = await self._guests.open_socket(owner.claim_id, owner.sandbox_address, target.port)
+        if sock is not None:  # straight to the guest, asked as the agent would ask it
+            uri = f"ws://localhost:{target.port}{path}{query}"
+            sent: list[tuple[str, str]] = []
+        else:
+            scheme = "wss" if owner.address.startswith("https://") else "ws"
+            uri = (
+                f"{scheme}://{authority(owner.address)}/v1/sandboxes/{owner.claim_id}"
+                f"/ports/{target.port}{path}{query}"
+            )
+            sent = [("authorization", f"Bearer {owner.token}")]
         await receive()  # websocket.connect
         try:
             upstream = await open_websocket(
-                uri,
-                headers=[("authorization", f"Bearer {owner.token}")],
-                subprotocols=scope.get("subprotocols", ()),
+                uri, sock=sock, headers=sent, subprotocols=scope.get("subprotocols", ())
             )
         except (OSError, InvalidHandshake, TimeoutError) as error:
+            if sock is not None:
+                sock.close()
             self.metrics.count("upstream_error")
             log.info("WebSocket relay for %s failed: %s", target.sandbox_id, error)
             await send({"type": "websocket.close", "code": 1011})
@@ -262,12 +277,23 @@ class ProxyApp:
         target: Target,
         owner: Owner,
         prefix: str | None = None,
+        guest: tuple[str, Connection] | None = None,
     ) -> None:
+        """Relay to the owning agent under ``prefix`` (envd's by default), or with
+        ``guest`` (a pool key and its connection) straight to a guest port, whose answers
+        are the guest's own and passed on as they are."""
         has_body = "content-length" in headers or "transfer-encoding" in headers
         chunked = "transfer-encoding" in headers
-        if prefix is None:
-            prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
-        head = _request_head(scope, headers, owner, chunked, prefix)
+        if guest is not None:
+            pool, (address, connection) = self._guests.pool, guest
+            host = headers.get("host") or f"localhost:{target.port}"
+            head = _request_head(scope, headers, owner, chunked, "", host, claim_token=False)
+        else:
+            pool, address, connection = self._upstream, owner.address, None
+            if prefix is None:
+                prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
+            host = authority(owner.address)
+            head = _request_head(scope, headers, owner, chunked, prefix, host)
         body_done = asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
@@ -311,14 +337,15 @@ class ProxyApp:
         started = False
         try:
             try:
-                async with self._upstream.exchange(
-                    owner.address,
+                async with pool.exchange(
+                    address,
                     head,
                     body() if has_body else None,
                     chunked=chunked,
                     head_only=scope["method"] == "HEAD",
+                    connection=connection,
                 ) as upstream:
-                    if upstream.status == 401:
+                    if upstream.status == 401 and guest is None:
                         # The node refused the claim token it gave us: the claim is gone
                         # (released since it was cached). Answer as for an unknown id, so
                         # the SDK says "not running", and resolve afresh next time.
@@ -327,7 +354,11 @@ class ProxyApp:
                         await _not_found(reply, target)
                         return
                     response_headers = _response_headers(upstream.headers)
-                    if upstream.status in (404, 502) and _is_json(response_headers):
+                    if (
+                        guest is None
+                        and upstream.status in (404, 502)
+                        and _is_json(response_headers)
+                    ):
                         self.resolver.forget(target.sandbox_id)  # maybe a stale owner
                     self.metrics.count("routed")
                     await reply(
@@ -389,24 +420,34 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 
 def _request_head(
-    scope: Scope, headers: dict[str, str], owner: Owner, chunked: bool, prefix: str
+    scope: Scope,
+    headers: dict[str, str],
+    owner: Owner,
+    chunked: bool,
+    prefix: str,
+    host: str,
+    claim_token: bool = True,
 ) -> bytes:
     """The request line and headers for the agent: the sandbox's route on the node
     (``prefix``: envd's or a guest port's), the caller's headers less hop-by-hop and
-    control-plane ones, the claim token."""
+    control-plane ones, the claim token; for a guest port reached straight, no prefix,
+    the caller's Host and no claim token (what the agent's relay would send it)."""
     path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     target = f"{prefix}{path}"
     query = scope.get("query_string") or b""
     if query:
         target += "?" + query.decode("latin-1")
-    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {authority(owner.address)}"]
-    lines += [f"{name}: {value}" for name, value in _outbound_headers(scope, headers, owner)]
+    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
+    outbound = _outbound_headers(scope, headers, owner, claim_token)
+    lines += [f"{name}: {value}" for name, value in outbound]
     if chunked:
         lines.append("transfer-encoding: chunked")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def _outbound_headers(scope: Scope, headers: dict[str, str], owner: Owner) -> list[tuple[str, str]]:
+def _outbound_headers(
+    scope: Scope, headers: dict[str, str], owner: Owner, claim_token: bool = True
+) -> list[tuple[str, str]]:
     connection = {
         token.strip().lower() for token in headers.get("connection", "").split(",") if token
     }
@@ -428,7 +469,8 @@ def _outbound_headers(scope: Scope, headers: dict[str, str], owner: Owner) -> li
     if "host" in headers:
         out.append(("x-forwarded-host", headers["host"]))
     out.append(("x-forwarded-proto", str(scope.get("scheme", "http"))))
-    out.append(("authorization", f"Bearer {owner.token}"))
+    if claim_token:
+        out.append(("authorization", f"Bearer {owner.token}"))
     return out
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandboxctl.agentapi import SandboxRow
-from sandboxctl.apiserver.e2b.ids import public_id, same_sandbox
+from sandboxctl.apiserver.e2b.ids import claim_spelling, public_id, same_sandbox
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.store import SandboxStore
@@ -35,6 +35,7 @@ class Owner:
     claim_id: str
     token: str  # the claim token: never leaves the proxy except to the owning node
     public_traffic: bool = True  # False: guest ports need the traffic access token
+    sandbox_address: str = ""  # on its veth, when the agent gives it a network
 
 
 class OwnerCache:
@@ -157,16 +158,8 @@ class Resolver:
         return _owner(located.node, address, row) if address is not None else None
 
 
-def claim_spelling(requested: str) -> str:
-    """The agents' spelling of a public id: ``sb-0123abcd`` -> ``sb_0123abcd`` (agents
-    name claims ``sb_`` + hex); any other id as given."""
-    if requested.startswith("sb-"):
-        return "sb_" + requested[3:]
-    return requested
-
-
 def _owner(node: str, address: str, row: SandboxRow) -> Owner | None:
     if not row.token:
         return None
     public = row.network is None or row.network.public_traffic
-    return Owner(node, address, row.id, row.token, public)
+    return Owner(node, address, row.id, row.token, public, row.address)

@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandboxctl.agentapi.errors import AgentAnswerError
 from sandboxctl.agentapi.models import (
@@ -177,7 +177,7 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     _install_error_handlers(app)
-    app.middleware("http")(_counting(metrics))
+    app.add_middleware(Counting, metrics=metrics)
     # envd streams large bodies both ways: it bypasses the body cap and the middleware
     envd = create_envd_app(AgentSandboxes(agent), may_act_on)
     app.state.envd = envd
@@ -306,18 +306,30 @@ def _validation_message(errors: Any) -> str:
     return f"{field}: {message}" if field else message
 
 
-Handler = Callable[[Request], Awaitable[Response]]
+class Counting:
+    """Counts requests by route, method and status. Plain ASGI: Starlette's
+    ``BaseHTTPMiddleware`` runs each request in a task of its own with streams between,
+    which cost a warm claim about 0.5 ms on a loaded host."""
 
+    def __init__(self, app: ASGIApp, metrics: AgentMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
 
-def _counting(metrics: AgentMetrics) -> Callable[[Request, Handler], Awaitable[Response]]:
-    async def count(request: Request, call_next: Handler) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.requests.labels(path, request.method, str(response.status_code)).inc()
-        return response
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
 
-    return count
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+        path = getattr(scope.get("route"), "path", "unmatched")  # the router sets it
+        self.metrics.requests.labels(path, scope["method"], str(status)).inc()
 
 
 class BodyLimit:

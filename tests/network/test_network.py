@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,6 +100,37 @@ def test_the_host_loopback_abstract_sockets_and_other_sandboxes_are_out_of_reach
     inside(agent, other, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 & sleep 0.5")
     assert reach(agent, other, "127.0.0.1").startswith("open")  # it listens
     assert reach(agent, one, other.address).startswith("blocked")
+
+
+def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_do_not(
+    network_agent: Callable[..., Agent],
+) -> None:
+    """What the envd proxy does for a guest port listening on the sandbox's address: a
+    connection from the host, bound to the sandbox's veth, is answered (the filter lets
+    the answers of host-opened connections in); another sandbox still cannot connect."""
+    agent = network_agent()
+    agent.start()
+    server = agent.claim(ClaimRequest("base"))  # no internet: reaching it needs none
+    other = agent.claim(ClaimRequest("base", network=policy(True)))
+    inside(agent, server, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 &")
+    deadline = time.monotonic() + 20
+    while not reach(agent, server, "127.0.0.1").startswith("open"):  # until it listens
+        assert time.monotonic() < deadline, "the server in the sandbox never listened"
+        time.sleep(0.1)
+    with socket.socket() as host_side:
+        host_side.setsockopt(
+            socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode()
+        )
+        host_side.settimeout(5)
+        host_side.connect((server.address, PORT))
+        host_side.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+        assert host_side.recv(100).startswith(b"HTTP/1.0 200")
+    assert reach(agent, other, server.address).startswith("blocked")
+    # Bound to another sandbox's veth, the host does not reach this one's address.
+    with socket.socket() as wrong:
+        wrong.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(other.id).encode())
+        wrong.settimeout(1)
+        assert wrong.connect_ex((server.address, PORT)) != 0
 
 
 def test_allow_wins_over_deny_and_rules_change_live(

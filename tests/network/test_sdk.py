@@ -29,7 +29,9 @@ CONNECT = (
     "except OSError as e:\n"
     "    print('blocked', type(e).__name__)\n"
 )
-# A guest server: / answers "hello"; /stream sends three lines 0.3 s apart, chunked.
+# A guest server: / answers "hello" (and who asked, in X-Peer); /stream sends three lines
+# 0.3 s apart, chunked. Bound to BIND: the sandbox's loopback (reached through the agent)
+# or every address (reached straight from the proxy, through the sandbox's veth).
 GUEST_SERVER = """
 import http.server, time
 class H(http.server.BaseHTTPRequestHandler):
@@ -49,12 +51,14 @@ class H(http.server.BaseHTTPRequestHandler):
             body = b"hello from " + self.headers["Host"].encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Peer", self.client_address[0])
             self.end_headers()
             self.wfile.write(body)
     def log_message(self, *args):
         pass
-http.server.ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
+http.server.ThreadingHTTPServer(("BIND", 8000), H).serve_forever()
 """
+LOOPBACK, EVERY_ADDRESS = "127.0.0.1", "0.0.0.0"
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +116,11 @@ def test_a_domain_in_allow_out_is_a_400_naming_the_field(sdk: dict[str, Any]) ->
         Sandbox.create(network={"allow_out": ["example.com"]}, **sdk)
 
 
-def test_get_host_reaches_a_server_in_the_sandbox(sdk: dict[str, Any]) -> None:
+@pytest.mark.parametrize("bind", [LOOPBACK, EVERY_ADDRESS])
+def test_get_host_reaches_a_server_in_the_sandbox(sdk: dict[str, Any], bind: str) -> None:
     sandbox = create_sandbox(sdk)  # no internet: guest ports need none
     try:
-        sandbox.files.write("/home/user/server.py", GUEST_SERVER)
+        sandbox.files.write("/home/user/server.py", GUEST_SERVER.replace("BIND", bind))
         sandbox.commands.run("python3 /home/user/server.py", background=True)
         host = sandbox.get_host(8000)
         with httpx.Client(base_url=sdk["sandbox_url"], headers={"Host": host}) as client:
@@ -132,6 +137,16 @@ def test_get_host_reaches_a_server_in_the_sandbox(sdk: dict[str, Any]) -> None:
                 time.sleep(0.1)
             assert response is not None
             assert response.text == f"hello from {host}"
+            # Through the agent the guest is asked from its own loopback; straight from
+            # the proxy, from the sandbox network's gateway. The proxy remembers a refusal
+            # (the server was not up yet) for 2 s, so the first answers may be relayed.
+            if bind == LOOPBACK:
+                assert response.headers["x-peer"] == "127.0.0.1"
+            else:
+                deadline = time.monotonic() + 10
+                while client.get("/").headers["x-peer"] == "127.0.0.1":
+                    assert time.monotonic() < deadline, "never reached straight"
+                    time.sleep(0.1)
             with client.stream("GET", "/stream") as stream:
                 arrivals = []
                 for line in stream.iter_lines():
@@ -154,7 +169,7 @@ def test_private_traffic_needs_the_traffic_access_token(sdk: dict[str, Any]) -> 
     sandbox = create_sandbox(sdk, network={"allow_public_traffic": False})
     try:
         assert sandbox.traffic_access_token
-        sandbox.files.write("/home/user/server.py", GUEST_SERVER)
+        sandbox.files.write("/home/user/server.py", GUEST_SERVER.replace("BIND", EVERY_ADDRESS))
         sandbox.commands.run("python3 /home/user/server.py", background=True)
         host = {"Host": sandbox.get_host(8000)}
         token = {"E2B-Traffic-Access-Token": sandbox.traffic_access_token}
@@ -198,19 +213,20 @@ def serve(conn):
             return
         reply = b"echo: " + payload
         conn.sendall(bytes([0x80 | opcode, len(reply)]) + reply)
-server = socket.create_server(("127.0.0.1", 8001))
+server = socket.create_server(("BIND", 8001))
 while True:
     conn, _ = server.accept()
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
 
 
-def test_a_websocket_to_a_guest_port_is_relayed_both_ways(sdk: dict[str, Any]) -> None:
+@pytest.mark.parametrize("bind", [LOOPBACK, EVERY_ADDRESS])
+def test_a_websocket_to_a_guest_port_is_relayed_both_ways(sdk: dict[str, Any], bind: str) -> None:
     from websockets.sync.client import connect
 
     sandbox = create_sandbox(sdk)
     try:
-        sandbox.files.write("/home/user/ws.py", WS_SERVER)
+        sandbox.files.write("/home/user/ws.py", WS_SERVER.replace("BIND", bind))
         sandbox.commands.run("python3 /home/user/ws.py", background=True)
         proxy = httpx.URL(sdk["sandbox_url"])
         uri = f"ws://{sandbox.get_host(8001)}/chat?room=1"

@@ -7,10 +7,14 @@
 * ``from_sandbox``: IPv6 dropped; a source address that is not the veth's own dropped;
   anything routed out of another sandbox veth (any agent's) dropped; the sandbox subnet
   and ``ALWAYS_BLOCKED`` (loopback, link-local and metadata, multicast) dropped; then the
-  sandbox's own chain ``sb_ID`` (its allow and deny rules) through the ``egress`` verdict
-  map; whatever is left is dropped.
-* ``input`` (filter): from this agent's veths -> ``to_host``: DNS to the gateway for the
-  veths in ``dns``, nothing else (every address of the host, on every port).
+  sandbox's own chain ``sb_ID`` through the ``egress`` verdict map; whatever is left is
+  dropped. ``sb_ID`` holds the sandbox's policy: first the gateway (accepted with
+  internet, else dropped: only DNS ever reaches it there), then its allow rules, its deny
+  rules, and ``accept`` with internet. A claim replaces just these rules (``nftbatch``).
+* ``input`` (filter): from this agent's veths -> ``to_host``: the answers of connections
+  the host opened to the sandbox's own address (guest ports reached straight from the
+  proxy), DNS to the gateway through ``sb_ID``, nothing else (every address of the host,
+  on every port).
 * ``postrouting`` (nat): the subnet's traffic leaving by any interface but a sandbox veth
   is masqueraded: NAT out of the host's own route.
 
@@ -29,6 +33,7 @@ from typing import Any
 from sandboxctl.core.netpolicy import ALWAYS_BLOCKED, NetworkPolicy, SandboxSubnet
 from sandboxctl.sandboxd.network.links import PREFIX
 from sandboxctl.sandboxd.network.nft import Nft
+from sandboxctl.sandboxd.network.nftbatch import ChainWriter, Rule
 
 FAMILY = "inet"
 TABLE_PREFIX = "sandboxctl_"
@@ -58,18 +63,22 @@ class Firewall:
         self.nft = nft
         self.table = table_name(key)
         self.subnet = subnet
+        self.writer = ChainWriter(FAMILY, self.table)
 
     # --- the table --------------------------------------------------------------------
 
     def rebuild(self, members: Iterable[Member]) -> None:
-        """Replace the whole table with one holding exactly ``members``, atomically."""
+        """Replace the whole table with one holding exactly ``members`` (atomically), then
+        give each its policy: until then a sandbox's egress is dropped, never open."""
+        members = list(members)
         commands: list[Command] = [{"add": {"table": self._table()}}]
         commands.append({"delete": {"table": self._table()}})
         commands += self._skeleton()
         for member in members:
             commands += self._join(member)
-            commands += self._policy(member)
         self.nft.run(commands)
+        for member in members:
+            self.apply(member)
 
     def remove(self) -> None:
         """Drop the table (after the last sandbox is gone)."""
@@ -96,11 +105,25 @@ class Firewall:
 
     def join(self, member: Member) -> None:
         """Filter a new sandbox: every egress dropped until a claim applies its policy."""
-        self.nft.run(self._join(member) + self._policy(member))
+        self.nft.run(self._join(member))
+        self.apply(member)
 
     def apply(self, member: Member) -> None:
-        """Replace the sandbox's rules with its policy (one transaction)."""
-        self.nft.run(self._policy(member))
+        """Replace the sandbox's rules with its policy: one transaction that reads
+        nothing, so its cost does not grow with the tables on the host."""
+        self.writer.replace(chain_name(member.sandbox_id), self.rules(member.policy))
+
+    def rules(self, policy: NetworkPolicy) -> list[Rule]:
+        """The rules of a sandbox's chain for ``policy``, in order. The gateway comes
+        first: only DNS reaches this chain for it (from ``to_host``), and a sandbox gets
+        DNS with internet only, whatever its allow and deny rules say."""
+        gateway = "accept" if policy.internet else "drop"
+        rules = [Rule(gateway, f"{self.subnet.gateway}/32")]
+        rules += [Rule("accept", cidr) for cidr in policy.allow_out]
+        rules += [Rule("drop", cidr) for cidr in policy.denied]
+        if policy.internet:
+            rules.append(Rule("accept"))
+        return rules
 
     def leave(self, member: Member) -> None:
         """Forget a sandbox: its elements and its chain. Idempotent (each element is
@@ -123,8 +146,7 @@ class Firewall:
         chain = chain_name(member.sandbox_id)
         commands: list[Command] = [{"add": {"chain": self._chain(chain)}}]
         for name, elem in self._memberships(member):
-            if name != "dns":
-                commands.append({"add": {"element": self._elements(name, [elem])}})
+            commands.append({"add": {"element": self._elements(name, [elem])}})
         commands.append(
             {"add": {"element": self._elements("egress", [[member.veth, _jump(chain)]])}}
         )
@@ -134,27 +156,7 @@ class Firewall:
         return [
             ("ifaces", member.veth),
             ("members", {"concat": [member.veth, member.address]}),
-            ("dns", member.veth),
         ]
-
-    def _policy(self, member: Member) -> list[Command]:
-        chain = chain_name(member.sandbox_id)
-        policy = member.policy
-        commands: list[Command] = [{"flush": {"chain": self._chain(chain)}}]
-        # One rule per target, no anonymous sets: libnftables fetches every set of the
-        # table before each transaction, and a set per sandbox made a claim 3-7 ms at 60
-        # sandboxes; plain prefix rules keep it at about 0.3 ms (docs/network.md).
-        for cidr in policy.allow_out:
-            commands.append(self._rule(chain, [_daddr(cidr), {"accept": None}]))
-        for cidr in policy.denied:
-            commands.append(self._rule(chain, [_daddr(cidr), {"drop": None}]))
-        if policy.internet:
-            commands.append(self._rule(chain, [{"accept": None}]))
-        dns = {"elem": self._elements("dns", [member.veth])}
-        commands.append({"add": {"element": dns["elem"]}})
-        if not policy.internet:
-            commands.append({"delete": {"element": dns["elem"]}})
-        return commands
 
     def _skeleton(self) -> list[Command]:
         t = self._table()
@@ -168,7 +170,6 @@ class Firewall:
             },
             {"add": {"element": self._elements("subnet", [_prefix(str(self.subnet))])}},
             {"add": {"set": {**self._in_table("ifaces"), "type": "ifname"}}},
-            {"add": {"set": {**self._in_table("dns"), "type": "ifname"}}},
             {"add": {"set": {**self._in_table("members"), "type": ["ifname", "ipv4_addr"]}}},
             {"add": {"map": {**self._in_table("egress"), "type": "ifname", "map": "verdict"}}},
         ]
@@ -224,16 +225,26 @@ class Firewall:
             ),
             self._rule("to_sandbox", [{"drop": None}]),
             self._rule("input", [_in_set("iifname", "@ifaces"), {"jump": {"target": "to_host"}}]),
+            # Answers on connections the host opened (the proxy to a guest port), from the
+            # sandbox's own address: never a connection the sandbox opens (its first
+            # packet is dropped below, so conntrack never confirms it).
+            self._rule(
+                "to_host",
+                [
+                    _match({"concat": [{"meta": {"key": "iifname"}}, _field("saddr")]}, "@members"),
+                    _match({"ct": {"key": "direction"}}, "reply"),
+                    {"accept": None},
+                ],
+            ),
         ]
         for protocol in ("udp", "tcp"):
             commands.append(
                 self._rule(
                     "to_host",
                     [
-                        _in_set("iifname", "@dns"),
                         _match(_field("daddr"), gateway),
                         _match({"payload": {"protocol": protocol, "field": "dport"}}, 53),
-                        {"accept": None},
+                        {"vmap": {"key": {"meta": {"key": "iifname"}}, "data": "@egress"}},
                     ],
                 )
             )

@@ -93,6 +93,8 @@ class SandboxNetwork:
     def start(self, adopted: Iterable[Attachment]) -> None:
         adopted = list(adopted)
         self._subnet = self._pick_subnet(adopted)
+        if self._firewall is not None:
+            self._firewall.writer.close()
         self._firewall = Firewall(self._nft, self.key, self._subnet)
         _enable_forwarding()
         for sandbox in adopted:
@@ -149,6 +151,8 @@ class SandboxNetwork:
     def stop(self, remove: bool) -> None:
         if self._dns is not None:
             self._dns.stop()
+        if self._firewall is not None:
+            self._firewall.writer.close()
         if remove and self._firewall is not None:
             for veth in self._links.owned(self._alias):
                 self._links.detach(veth)

@@ -1,0 +1,45 @@
+"""The proxy's straight path to guest ports gives way to the agent's relay when it cannot
+connect (no such veth here: another host's sandbox, or a released one), and remembers it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sandboxctl.proxy.guest import REMEMBER_SECONDS, DirectGuests
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
+    clock = Clock()
+    guests = DirectGuests(clock)
+    attempts: list[str] = []
+    connect = guests.pool.connect
+
+    async def counted(key: str) -> object:
+        attempts.append(key)
+        return await connect(key)
+
+    guests.pool.connect = counted  # type: ignore[method-assign]
+
+    async def run() -> None:
+        # No sandbox of this id has a veth on this host: bound to nothing, no connection.
+        assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 1  # the second went to the agent without trying
+        clock.now += REMEMBER_SECONDS + 0.1
+        assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 2
+        # A sandbox without an address (an agent without networks): never tried.
+        assert await guests.connect("sb_0000deadbeef", "", 8000) is None
+        assert await guests.open_socket("sb_0000deadbeef", "", 8000) is None
+        assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 2
+
+    asyncio.run(run())
