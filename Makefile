@@ -25,8 +25,10 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+## unit: the suite; on two workers with make unit PYTEST_ARGS="-n 2 --dist loadgroup"
+## (pytest-xdist; tests/conftest.py groups the tests that share a stack)
 unit: $(INSTALLED) host-tools kubectl e2b-clients
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 host-tools:
 	scripts/host-tools

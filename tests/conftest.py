@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,55 @@ from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
 
 _uid_blocks = itertools.count()
+# Session fixtures every test uses (autouse): each xdist worker has its own.
+_EVERYWHERE = {"runtime_root", "template_store"}
+
+
+def _stacks(item: pytest.Item) -> list[Any]:
+    """The definitions of the session-scoped stacks ``item`` uses (an e2b stack, envd's
+    agent, the proxy's SDK stack, the API server's agents, the clients' fleet)."""
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    return [
+        definition
+        for name in item.fixturenames
+        if name not in _EVERYWHERE
+        for definition in definitions.get(name, ())
+        if definition.scope == "session" and definition.func.__module__.startswith("tests.")
+    ]
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker else item.nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups, for ``pytest -n 2 --dist loadgroup`` (pytest-xdist), which runs each group
+    on one worker: a module's tests together (its module fixtures start once), and every
+    test of a session-scoped stack together (where the stack's fixtures are defined names
+    the group), so that one worker starts it, not each. The tests of a group run one after
+    another (the first test of a group sets its place), so that a stack is stopped after
+    its group's last test (below) rather than kept busy until the session ends."""
+    for item in items:
+        stacks = {definition.func.__module__ for definition in _stacks(item)}
+        group = min(stacks) if stacks else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    place: dict[str, int] = {}
+    for item in items:
+        place.setdefault(_group(item), len(place))
+    items.sort(key=lambda item: place[_group(item)])  # stable: the order within a group
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop a session-scoped stack after the last test of its group: its agents' loops and
+    inventory polls would otherwise take CPU from every later test. (A later test that
+    asked for it again would start it again.)"""
+    yield
+    if nextitem is None or _group(nextitem) == _group(item):
+        return  # the session's end stops what is left
+    for definition in _stacks(item):
+        definition.finish(item._request)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,8 +104,20 @@ def state_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def process_slot() -> int:
+    """This test process's slot of 1000: per session (its pid), and distinct for each
+    pytest-xdist worker of one session (workers are numbered from the session's pid)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist
+    if worker is None:
+        return os.getpid() % 1000
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return (os.getppid() * workers + int(worker.removeprefix("gw"))) % 1000
+
+
 @pytest.fixture
 def uid_base() -> int:
-    # Unique per test and per test session: destroy also kills every process of a
-    # sandbox's uid, so two sessions must never share a uid.
-    return 400_000 + (os.getpid() % 1000) * 1000 + 20 * next(_uid_blocks)
+    # Unique per test, per test session and per xdist worker: destroy also kills every
+    # process of a sandbox's uid, so two test processes must never share a uid. A block
+    # of 20 per test (a kube fleet's third node reaches +88), reused in turn within the
+    # process's 1000, as tests before have cleaned up theirs.
+    return 400_000 + process_slot() * 1000 + (20 * next(_uid_blocks)) % 900

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -14,9 +15,16 @@ from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import AUTH, KUBE_TOKENS, serving
 from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
+from tests.conftest import process_slot
 from tests.kubeapi.double import kube  # noqa: F401  (the Kubernetes API double)
+from tests.sandboxd.servers import sandboxes_unavailable
+from tests.store.real_fleet import RealFleet, real_fleet
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+AGENTS_TOKEN = "fleet-root-token"
+AGENT_NODES = ("node-a", "node-b")
+# A uid block of its own per test process: two nodes 10 apart, 8 sandboxes each.
+AGENTS_UID_BASE = 2_200_000 + process_slot() * 20
 GROUP_PATH = "/apis/agents.x-k8s.io/v1beta1"
 SANDBOXES = f"{GROUP_PATH}/namespaces/default/sandboxes"
 ALL_SANDBOXES = f"{GROUP_PATH}/sandboxes"
@@ -77,3 +85,34 @@ def client(store: SandboxStore) -> Iterator[httpx.Client]:
         httpx.Client(base_url=url, headers=AUTH, timeout=10) as http,
     ):
         yield http
+
+
+@pytest.fixture(scope="session")
+def shared_agents() -> Iterator[RealFleet]:
+    """Two real host agents (bubblewrap sandboxes, warm pools of 3 "base") read by the
+    mesh inventory, and a store with node access over them: what test_reads and
+    test_kubectl stand the Sandbox API on, started once for both."""
+    reason = sandboxes_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with ExitStack() as stack:
+        yield real_fleet(
+            stack,
+            nodes=AGENT_NODES,
+            pools={PoolKey("base"): 3},
+            uid_base=AGENTS_UID_BASE,
+            uid_step=10,
+            max_sandboxes=8,
+            token=AGENTS_TOKEN,
+            prefix="sandboxctl-apiserver-",
+        )
+
+
+@pytest.fixture
+def agents(shared_agents: RealFleet) -> Iterator[RealFleet]:
+    """``shared_agents`` as a test of its own finds them: no sandbox claimed or listed,
+    every warm pool full; put back so after the test (a test's own API server is its own,
+    served per test)."""
+    shared_agents.reset()
+    yield shared_agents
+    shared_agents.reset()

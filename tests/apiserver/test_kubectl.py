@@ -22,6 +22,7 @@ from sandboxctl.apiserver import create_kube_app, write_kubeconfig
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import Query, SandboxStore
+from tests.apiserver.conftest import AGENT_NODES
 from tests.apiserver.helpers import (
     AUTH,
     KUBE_TOKEN,
@@ -32,12 +33,11 @@ from tests.apiserver.helpers import (
     trusting,
 )
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
-from tests.store.real_fleet import real_fleet
+from tests.store.real_fleet import RealFleet
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
-TOKEN = "fleet-root-token"
 BASE = PoolKey("base")
-NODES = ("node-a", "node-b")
+NODES = AGENT_NODES
 
 
 def _skip_reason() -> str | None:
@@ -98,18 +98,9 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(uid_base: int, tmp_path: Path) -> Iterator[Fleet]:
+def fleet(agents: RealFleet, tmp_path: Path) -> Iterator[Fleet]:
     with ExitStack() as stack:
-        fleet = real_fleet(
-            stack,
-            nodes=NODES,
-            pools={BASE: 1},
-            uid_base=uid_base,
-            uid_step=10,
-            max_sandboxes=4,
-            token=TOKEN,
-            prefix="sandboxctl-kubectl-",
-        )
+        fleet = agents  # shared with test_reads, as fresh as a fleet of this test's own
         app = create_kube_app(fleet.store, KUBE_TOKENS, watch_interval=0.2)
         url = stack.enter_context(serving(app, tls=kube_tls()))
         ca = kube_tls().cert_file.read_bytes()

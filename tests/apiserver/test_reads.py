@@ -43,6 +43,7 @@ from sandboxctl.apiserver import create_kube_app, write_kubeconfig
 from sandboxctl.cli.sources import mesh_source
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
+from tests.apiserver.conftest import AGENTS_TOKEN
 from tests.apiserver.helpers import (
     AUTH,
     KUBE_TOKEN,
@@ -58,12 +59,11 @@ from tests.sandboxd.servers import (
     wait_until,
     write_token,
 )
-from tests.store.real_fleet import RealFleet, real_fleet
+from tests.store.real_fleet import RealFleet
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
-TOKEN = "reads-root-token"
+TOKEN = AGENTS_TOKEN
 BASE = PoolKey("base")
-NODES = ("node-a", "node-b")
 GROUP, VERSION, PLURAL, NAMESPACE = "agents.x-k8s.io", "v1beta1", "sandboxes", "default"
 COLLECTION = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}"
 WATCH_SECONDS = 10  # the server ends every watch of these tests by then
@@ -163,18 +163,9 @@ class Stack:
 
 
 @pytest.fixture
-def stack(uid_base: int, tmp_path: Path) -> Iterator[Stack]:
+def stack(agents: RealFleet, tmp_path: Path) -> Iterator[Stack]:
     with ExitStack() as stack:
-        fleet = real_fleet(
-            stack,
-            nodes=NODES,
-            pools={BASE: 3},
-            uid_base=uid_base,
-            uid_step=10,
-            max_sandboxes=8,
-            token=TOKEN,
-            prefix="sandboxctl-reads-",
-        )
+        fleet = agents  # shared with test_kubectl, as fresh as a fleet of this test's own
         app = create_kube_app(fleet.store, KUBE_TOKENS, watch_interval=0.2)
         url = stack.enter_context(serving(app, tls=kube_tls()))
         ca = kube_tls().cert_file.read_bytes()

@@ -19,7 +19,7 @@ from kubernetes import client
 
 from sandboxctl.testing.kubeapi import Running, start
 from sandboxctl.testing.kubeapi.store import Store
-from tests.sandboxd.servers import free_port, status_of, wait_until
+from tests.sandboxd.servers import START_TIMEOUT, free_port, status_of, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "manifests" / "crds"
@@ -162,6 +162,7 @@ class DoubleProcess:
         process = self.process
         wait_until(
             lambda: status_of(f"{self.url}/healthz") == 200 or process.poll() is not None,
+            timeout=START_TIMEOUT,
             what="the Kubernetes API double to answer",
         )
         if process.poll() is not None:

@@ -87,8 +87,17 @@ class Process:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.signal(sig)
+        self.stopped()
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` if it runs; ``stopped`` waits for it to end."""
         if self.popen is not None and self.popen.poll() is None:
             self.popen.send_signal(sig)
+
+    def stopped(self) -> None:
+        """Wait for it to end (killed after 30 s)."""
+        if self.popen is not None:
             try:
                 self.popen.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -338,8 +347,13 @@ def kube_fleet(uid_base: int) -> Iterator[KubeFleet]:
 
 
 def _stop_all(fleet: KubeFleet) -> None:
-    for part in reversed(fleet.parts()):
-        part.stop()
+    # Side by side: each part's graceful stop (an agent destroying its sandboxes) takes
+    # seconds, and none waits for another.
+    parts = list(reversed(fleet.parts()))
+    for part in parts:
+        part.signal()
+    for part in parts:
+        part.stopped()
 
 
 class Watch:

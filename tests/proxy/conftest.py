@@ -21,6 +21,8 @@ from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
 from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
+from tests.conftest import process_slot
+from tests.proxy.sdk_stack import sdk_stack, skip_reason
 from tests.proxy.standin import StandIn
 
 FLEET_TOKEN = "fleet-root-token"
@@ -36,6 +38,29 @@ TOKENS = {
     UNLISTED_2: "claim-token-b2",
     STALE: "claim-token-stale",
 }
+
+
+SDK_KEY = "e2b_" + "c" * 40
+SDK_SECRET = b"envd-secret-for-proxy-sdk-tests"
+SDK_UID_BASE = 2_000_000 + process_slot() * 20  # one node: warm + 7 sandboxes
+
+
+@pytest.fixture(scope="session")
+def sdk() -> Iterator[dict[str, Any]]:
+    """The real one-node stack (tests/proxy/sdk_stack.py) that test_sdk and
+    test_sdk_hardening drive the unmodified e2b SDK through, started once for both: each
+    test creates the sandboxes it uses and kills them. Its connection parameters."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with sdk_stack(
+        key=SDK_KEY,
+        secret=SDK_SECRET,
+        uid_base=SDK_UID_BASE,
+        warm=2,
+        prefix="sandboxctl-proxy-sdk-",
+    ) as params:
+        yield params
 
 
 def access(claim_id: str) -> str:

@@ -4,29 +4,12 @@ on loopback. Skipped when sandboxes cannot run here."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.proxy.sdk_stack import DOMAIN, create_sandbox, sdk_stack, skip_reason
-
-KEY = "e2b_" + "c" * 40
-SECRET = b"envd-secret-for-proxy-sdk-tests"
-UID_BASE = 2_000_000 + (os.getpid() % 1000) * 20
-
-
-@pytest.fixture(scope="module")
-def sdk() -> Iterator[dict[str, Any]]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with sdk_stack(
-        key=KEY, secret=SECRET, uid_base=UID_BASE, warm=1, prefix="sandboxctl-proxy-sdk-"
-    ) as params:
-        yield params
+from tests.proxy.sdk_stack import DOMAIN, create_sandbox
 
 
 def test_commands_and_files_through_the_proxy(sdk: dict[str, Any]) -> None:

@@ -5,7 +5,6 @@ upload URL writes exactly its path, and a sandbox whose init died is gone at onc
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -13,24 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.proxy.sdk_stack import DOMAIN, create_sandbox, sdk_stack, skip_reason
+from tests.proxy.sdk_stack import DOMAIN, create_sandbox
 from tests.sandboxd.servers import wait_until
 
-KEY = "e2b_" + "d" * 40
-SECRET = b"envd-secret-for-hardening-tests"
-UID_BASE = 2_100_000 + (os.getpid() % 1000) * 20
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def sdk() -> Iterator[dict[str, Any]]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with sdk_stack(
-        key=KEY, secret=SECRET, uid_base=UID_BASE, warm=2, prefix="sandboxctl-hardening-"
-    ) as params:
-        yield params
 
 
 @pytest.fixture

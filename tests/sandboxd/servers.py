@@ -35,6 +35,11 @@ def sandboxes_unavailable() -> str | None:
     return None
 
 
+# How long a `sandboxctl` service process may take to answer: on a loaded 2-core machine
+# its imports alone have taken over 20 s. A deadline, not a wait: a ready one ends it.
+START_TIMEOUT = 60.0
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,6 +113,7 @@ def service_process(
         try:
             wait_until(
                 lambda: (status_of(ready_url, verify) or 500) < 400 or process.poll() is not None,
+                timeout=START_TIMEOUT,
                 what=f"sandboxctl {arguments[0]} to answer",
             )
             if process.poll() is not None:

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
-from sandboxctl.store import SandboxStore
+from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
 from tests.sandboxd.servers import free_port, wait_until
@@ -29,6 +29,26 @@ from tests.sandboxd.servers import free_port, wait_until
 class RealFleet:
     agents: dict[str, Agent]
     store: SandboxStore
+    pools: Mapping[PoolKey, int] = field(default_factory=dict)
+
+    def filled(self) -> bool:
+        """Whether the store lists every node's warm pools full."""
+        return all(
+            sum(c.warm for c in self.store.warm_candidates(key)) >= count * len(self.agents)
+            for key, count in self.pools.items()
+        )
+
+    def reset(self) -> None:
+        """Back to how ``real_fleet`` returned it, for the next test that shares it:
+        every claimed sandbox released, the store listing none, every warm pool full."""
+        for agent in self.agents.values():
+            for record in agent.sandboxes():
+                agent.release(record.id)
+        wait_until(
+            lambda: not self.store.list(Query.parse(None)).items and self.filled(),
+            timeout=60,
+            what="no sandbox listed and every warm pool full again",
+        )
 
 
 def real_fleet(
@@ -77,12 +97,6 @@ def real_fleet(
     stack.callback(source.stop)
     store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(token))
     stack.callback(store.close)
-
-    def filled() -> bool:
-        return all(
-            sum(c.warm for c in store.warm_candidates(key)) >= count * len(nodes)
-            for key, count in pools.items()
-        )
-
-    wait_until(filled, timeout=60, what="every node's warm pools to fill and list")
-    return RealFleet(agents, store)
+    fleet = RealFleet(agents, store, dict(pools))
+    wait_until(fleet.filled, timeout=60, what="every node's warm pools to fill and list")
+    return fleet
