@@ -1,34 +1,68 @@
 """The ``sandboxctl`` entry point: every verb, one-line errors, stable exit codes.
 
-Exit codes: 0 success; 2 bad input (a flag, a file, unsafe settings); 3 a check failed
-(``inventory --fail-on-stale``); 130 interrupted.
+Exit codes: 0 success; 1 a lane failed (``lanes run``: some selected lane FAILed, or the
+local kit did not come up); 2 bad input (a flag, a file, unsafe settings, a lane
+selector); 3 a check failed (``inventory --fail-on-stale``); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Annotated
 
 import typer
+from typer import _click as click  # typer vendors click; its group API is typed on this copy
+from typer.core import TyperGroup
 
 from sandboxctl import __version__
-from sandboxctl.cli import (
-    apiserver,
-    guard,
-    inventory,
-    proxy,
-    publish,
-    sandboxd,
-    serve,
-    simulate,
-    template,
-)
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
 
+# Every verb: its module under sandboxctl.cli and the command function or Typer app in it.
+# A verb's module is imported only when the verb runs (or help lists it): a service
+# process then loads what it serves and not every other verb's stack (the API server's
+# FastAPI and Kubernetes client cost a `publish` or an agent over a second at start).
+VERBS: dict[str, tuple[str, str]] = {
+    "inventory": ("inventory", "inventory"),
+    "simulate": ("simulate", "simulate"),
+    "serve-sandboxd": ("sandboxd", "serve_sandboxd"),
+    "serve-apiserver": ("apiserver", "serve_apiserver"),
+    "serve-proxy": ("proxy", "serve_proxy"),
+    "serve": ("serve", "serve"),
+    "publish": ("publish", "publish"),
+    "template": ("template", "app"),
+    "guard-workers": ("guard", "app"),
+    "lanes": ("lanes", "app"),
+}
+
+
+class _Verbs(TyperGroup):
+    """The root command group, loading each verb's module on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in VERBS:
+            return None
+        module, attribute = VERBS[cmd_name]
+        target = getattr(importlib.import_module(f"sandboxctl.cli.{module}"), attribute)
+        command: click.Command
+        if isinstance(target, typer.Typer):
+            command = typer.main.get_group(target)
+        else:
+            single = typer.Typer(add_completion=False, rich_markup_mode=None)
+            single.command(cmd_name)(target)
+            command = typer.main.get_command(single)
+        command.name = cmd_name
+        return command
+
+
 app = typer.Typer(
     name="sandboxctl",
+    cls=_Verbs,
     help="Run and administer an e2b-compatible sandbox fleet.",
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -53,17 +87,6 @@ def _root(
     """Run and administer an e2b-compatible sandbox fleet."""
     if context.invoked_subcommand is None:
         typer.echo(context.get_help())
-
-
-app.command("inventory")(inventory.inventory)
-app.command("simulate")(simulate.simulate)
-app.command("serve-sandboxd")(sandboxd.serve_sandboxd)
-app.command("serve-apiserver")(apiserver.serve_apiserver)
-app.command("serve-proxy")(proxy.serve_proxy)
-app.command("serve")(serve.serve)
-app.command("publish")(publish.publish)
-app.add_typer(template.app)
-app.add_typer(guard.app, name="guard-workers")
 
 
 def main(argv: list[str] | None = None) -> None:

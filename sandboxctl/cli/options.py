@@ -221,6 +221,7 @@ class TableOrJson(enum.StrEnum):
 GuardOutput = Annotated[
     TableOrJson, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
 ]
+LanesOutput = GuardOutput  # the same flag on ``lanes list`` and ``lanes run``
 GuardNamespace = Annotated[
     str | None,
     typer.Option("--namespace", "-n", metavar="NS", help="The namespace of the worker pods."),

@@ -15,6 +15,8 @@ SandboxctlError                                       -      -
 │   └── StateCorrupt (sandboxd.state)  the agent's database is unreadable  -  503
 │   └── GuardStartError, UnboundedRefusal (guard.service), AuditReadError (guard.karpenter):
 │       guard-workers cannot start, may not stamp, may not audit (CLI only)  -  503
+│   └── LaneError (lanes.model)  a lane selector, kit or step that cannot run (CLI only)  -  503
+│       └── LaneTimeout          a lane's wait reached its bound                 -  503
 ├── InventoryFormatError     a NodeInventory that breaks the model -     502
 ├── NoWarmCapacity (core.placement)  no fresh node can take the claim  - 503
 ├── NoNodeCapacity (core.placement)  every node serving the template is full  -  429

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sandboxctl.lanes import guard, k1a, k1b2, k1c, k1out, sbl
 from sandboxctl.lanes.model import Lane, LaneError, Scenario
 
 # The scenarios in run order: each leaves the kit healed for the next. A module adds its
 # scenario here.
-SCENARIOS: tuple[Scenario, ...] = ()
+SCENARIOS: tuple[Scenario, ...] = (
+    sbl.SCENARIO,
+    k1a.SCENARIO,  # before the publisher and outage lanes
+    k1b2.SCENARIO,
+    k1c.SCENARIO,
+    k1out.SCENARIO,
+    guard.SCENARIO,  # last: its own objects and guards, removed when it ends
+)
 
 ALL = "all"
 

@@ -43,6 +43,7 @@ class Kit(Protocol):
     domain: str  # the envd proxy's domain: <port>-<sandbox id>.<domain>
     kubeconfig: Path  # the control plane's
     warm_pool: str  # the SandboxWarmPool the kit runs ("namespace/name")
+    template: str  # what lanes claim fresh sandboxes of, on a chosen host (the pool's)
 
     # --- clients (authenticated, TLS as the kit needs) -------------------------------------
 
@@ -90,6 +91,12 @@ class Kit(Protocol):
         ...
 
     # --- facts -----------------------------------------------------------------------------
+
+    def replica_log(self, replica: Replica) -> str:
+        """Everything the replica has logged so far (its stdout and stderr), so that a
+        lane can read the lines it wrote meanwhile (K1B2-01: none naming B; K1OUT-01:
+        replicas[0] leads before the outage)."""
+        ...
 
     def packets_to_agent(self, host: Host) -> int:
         """Packets sent toward the host's agent address so far, counted outside the

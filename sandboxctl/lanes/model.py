@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from sandboxctl.lanes.kit import Kit
@@ -85,9 +85,10 @@ class Scenario(Protocol):
     def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]: ...
 
 
-class LaneError(SandboxctlError):
-    """A lane selector, kit or configuration that cannot run (CLI: one line, exit 2)."""
+class LaneError(ConfigurationError):
+    """A lane selector, kit or configuration that cannot run (CLI: one line, exit 2), or a
+    step a scenario cannot take (the runner fails the lane with this message)."""
 
 
-class LaneTimeout(SandboxctlError):
+class LaneTimeout(LaneError):
     """A wait reached its bound; the scenario's current lane fails with this message."""

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sandboxctl.lanes.guardkit import KARPENTER_CRDS
 from sandboxctl.testing.kubeapi import start
-from tests.guard.cluster import KARPENTER_CRDS, Cluster
+from tests.guard.cluster import Cluster
 from tests.kubeapi.double import CRDS, Kube, api_for, write_kubeconfig
 
 

@@ -1,0 +1,637 @@
+"""The local kit: the reference's K1 kit on this machine, built fresh for a run.
+
+Two hosts A and B are network namespaces on a bridge in the root namespace, with
+addresses of a free /28 of 203.0.113.0/24 (no default route inside them). Each runs its
+agent (``serve-sandboxd``) and its publisher (``publish``). The Kubernetes double runs as
+a process on the bridge address (so that it can be stopped: K1OUT), and two API server
+replicas (replica 0 runs the warm-pool driver and holds its Lease) and the envd proxy run
+in the root namespace. A SandboxWarmPool of 4 keeps two warm sandboxes on each host.
+Windows are scaled down (publish 3 s, stale 9 s). Packets toward B's agent are counted
+by an nftables counter in B's namespace, so a dead agent's are counted too.
+
+Everything (processes, namespaces, links, the state directory) goes on exit, on Ctrl-C
+and on failure, unless the run keeps it (``--keep``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import sandboxctl
+from sandboxctl.agentapi import AgentClient, ClaimRequest
+from sandboxctl.apiserver.kubeconfig import write_kubeconfig
+from sandboxctl.lanes.kit import Host, Replica
+from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
+from sandboxctl.lanes.processes import Process, first_error, start_all, stop_all
+
+WINDOWS = Windows(publish=3.0, stale_after=9.0)
+TEST_NET = ipaddress.IPv4Network("203.0.113.0/24")
+AGENT_PORT = 27777  # the reference kit's, inside each host's namespace
+PUBLISHER_METRICS_PORT = 9100
+NAMESPACE = "default"
+WARM_POOL = "base"
+WARM_POOL_SIZE = 4
+LEASE_NAMESPACE = "sandbox-system"
+DOMAIN = "sandboxes.lanes.test"
+MAX_SANDBOXES = 64  # K1A alone claims 7 + 30 + 30 at its peak, over two hosts
+UID_SPAN = 100  # uids per agent, above MAX_SANDBOXES
+TABLE = "lanes_count"  # not sandboxctl_*: the agent removes such tables it does not own
+COUNTER = "to_agent"
+REPO = Path(sandboxctl.__file__).resolve().parents[1]
+CRDS = REPO / "manifests" / "crds"  # the guard lanes register Karpenter's through the API
+EXT = "apis/extensions.agents.x-k8s.io/v1beta1/namespaces/" + NAMESPACE
+SENTINEL = "lanes-sentinel"  # one long-lived sandbox per host: heal's view of freshness
+SENTINEL_TTL = 3600
+HEAL_START = 60.0  # seconds for parts to answer after a (re)start
+_built = itertools.count()
+
+
+@dataclass
+class LocalHost:
+    host: Host
+    netns: str
+    link: str
+    address: str
+    state_dir: Path
+    agent: Process
+    publisher: Process
+    stamping: bool = True
+
+
+@dataclass
+class Credentials:
+    root_token: str
+    kube_token: str
+    e2b_key: str
+    envd_secret: str
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def write(cls, directory: Path) -> Credentials:
+        made = cls(
+            root_token=secrets.token_hex(16),
+            kube_token=secrets.token_hex(16),
+            e2b_key="e2b_" + secrets.token_hex(20),
+            envd_secret=secrets.token_hex(16),
+        )
+        contents = {
+            "root": made.root_token,
+            "kube": f"{made.kube_token} *\n",
+            "e2b": f"{made.e2b_key} {NAMESPACE}\n",
+            "envd": made.envd_secret,
+        }
+        for name, text in contents.items():
+            path = directory / f"{name}.secret"
+            path.write_text(text)
+            path.chmod(0o600)
+            made.files[name] = path
+        return made
+
+
+class LocalKit:
+    """The kit as :class:`sandboxctl.lanes.kit.Kit` describes it; built by :func:`local_kit`."""
+
+    name = LOCAL
+    windows = WINDOWS
+    domain = DOMAIN
+    warm_pool = f"{NAMESPACE}/{WARM_POOL}"
+    template = "base"
+
+    def __init__(self, workdir: Path, uid_base: int) -> None:
+        self.workdir = workdir
+        self.logs = workdir / "logs"
+        self.logs.mkdir()
+        self.uid_base = uid_base
+        self.credentials = Credentials.write(workdir)
+        # Unique per kit on this machine: the pid, and a count for kits of one process.
+        tag = f"{os.getpid() % 100000:05d}{next(_built) % 10}"
+        self.bridge = f"lnbr{tag}"
+        block = _free_block()
+        addresses = [str(address) for address in block.hosts()]
+        self.prefix = block.prefixlen
+        self.gateway = addresses[0]
+        self.double_port = 0  # picked once the bridge carries the gateway address
+        self.kubeconfig = workdir / "kubeconfig"
+        self.hosts: dict[str, LocalHost] = {}
+        for label, address in zip(("A", "B"), addresses[1:3], strict=True):
+            self.hosts[label] = self._host(label, tag, address)
+        self.a: Host = self.hosts["A"].host  # stays up
+        self.b: Host = self.hosts["B"].host  # the faults hit it
+        self.double: Process | None = None
+        self.replica_parts: list[Process] = []
+        self.replicas: tuple[Replica, ...] = ()
+        self.proxy_part: Process | None = None
+        self.proxy_url = ""
+        self.sentinels: dict[str, str] = {}  # host label -> its sentinel's sandbox id
+        self._network_up = False
+
+    # --- the protocol's attributes -------------------------------------------------------
+
+    @property
+    def envd_secret(self) -> bytes:
+        """The envd secret the proxy checks access tokens against (e2b's scheme)."""
+        return self.credentials.envd_secret.encode()
+
+    # --- clients -------------------------------------------------------------------------
+
+    def e2b(self, replica: Replica) -> httpx.Client:
+        return httpx.Client(
+            base_url=replica.e2b_url, headers={"X-API-Key": self.credentials.e2b_key}, timeout=15
+        )
+
+    def kube(self, replica: Replica) -> httpx.Client:
+        return httpx.Client(
+            base_url=replica.kube_url,
+            headers={"Authorization": f"Bearer {self.credentials.kube_token}"},
+            timeout=15,
+        )
+
+    def proxy(self) -> httpx.Client:
+        return httpx.Client(base_url=self.proxy_url, timeout=15)
+
+    def agent(self, host: Host) -> AgentClient:
+        return AgentClient(host.agent_url, self.credentials.root_token, timeout=15)
+
+    def control_plane(self) -> httpx.Client:
+        """A client for the Kubernetes double itself (no credentials: it asks none)."""
+        return httpx.Client(base_url=self.double_base, timeout=10)
+
+    # --- faults --------------------------------------------------------------------------
+
+    def kill_host(self, host: Host) -> None:
+        local = self._local(host)
+        local.agent.kill()
+        local.publisher.kill()
+
+    def start_host(self, host: Host) -> None:
+        local = self._local(host)
+        if not local.publisher.running:
+            local.publisher = self._publisher(local, stamp=True)
+            local.stamping = True
+        start_all([local.agent, local.publisher])  # side by side: the publisher retries
+
+    def stop_publisher(self, host: Host) -> None:
+        self._local(host).publisher.stop()
+
+    def start_publisher(self, host: Host, stamp: bool = True) -> None:
+        local = self._local(host)
+        local.publisher.stop()
+        local.publisher = self._publisher(local, stamp=stamp).start()
+        local.stamping = stamp
+
+    def stop_control_plane(self) -> None:
+        assert self.double is not None
+        self.double.stop()
+
+    def start_control_plane(self) -> None:
+        assert self.double is not None
+        if not self.double.running:
+            self.double.start()
+
+    # --- facts ---------------------------------------------------------------------------
+
+    def replica_log(self, replica: Replica) -> str:
+        return self.replica_parts[self.replicas.index(replica)].output()
+
+    def packets_to_agent(self, host: Host) -> int:
+        local = self._local(host)
+        listing = _run(
+            ["ip", "netns", "exec", local.netns, "nft", "-j", "list", "counter", "inet", TABLE,
+             COUNTER]
+        )  # fmt: skip
+        for item in json.loads(listing).get("nftables", []):
+            if "counter" in item:
+                return int(item["counter"]["packets"])
+        raise LaneError(f"no nftables counter {COUNTER} in {local.netns}")
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def build(self, progress: Progress) -> None:
+        """Make the network, start every part side by side, fill the pool."""
+        progress.note(
+            f"local kit in {self.workdir}: hosts on {self.gateway}/{self.prefix}, windows: "
+            f"publish {self.windows.publish:g} s, stale after {self.windows.stale_after:g} s"
+        )
+        self._network()
+        write_kubeconfig(self.kubeconfig, self.double_base)
+        self.double = self._double()
+        self._replicas_and_proxy()
+        # All at once: publishers and readers retry until the double answers, and the
+        # machine's cores, not the order, set the pace.
+        for part in self._parts():
+            part.spawn()
+        self.double.ready()
+        self._objects()
+        start_all(self._parts())
+        self._sentinels()
+        self.heal(progress)
+
+    def heal(self, progress: Progress) -> None:
+        if self.double is not None and not self.double.running:
+            self.double.start()
+        for local in self.hosts.values():
+            if not local.publisher.running or not local.stamping:
+                local.publisher.stop()
+                local.publisher = self._publisher(local, stamp=True)
+                local.stamping = True
+        start_all(self._parts(), HEAL_START)
+        bound = self.windows.stale_after + 3 * self.windows.publish + 10.0
+        progress.wait_for("every replica to list both hosts", self._both_listed, bound)
+        progress.wait_for(f"the warm pool to hold {WARM_POOL_SIZE}", self._pool_full, 90.0)
+
+    def describe(self) -> str:
+        lines = [
+            f"local kit, state and logs in {self.workdir} (logs/ has one file per part)",
+            f"  control plane: {self.double_base} (kubeconfig {self.kubeconfig})",
+        ]
+        for label, local in self.hosts.items():
+            lines.append(
+                f"  host {label}: node {local.host.node}, agent {local.host.agent_url}, "
+                f"namespace {local.netns} (ip netns exec {local.netns} ...)"
+            )
+        for replica in self.replicas:
+            lines.append(f"  {replica.name}: Sandbox API {replica.kube_url}, e2b {replica.e2b_url}")
+        files = self.credentials.files
+        lines += [
+            f"  envd proxy: {self.proxy_url} (domain {self.domain})",
+            f"  credentials: root token {files['root']}, Sandbox API tokens {files['kube']}, "
+            f"e2b keys {files['e2b']}, envd secret {files['envd']}",
+            f"  tear down: kill $(cut -d' ' -f2 {self.workdir / 'pids'}) (SIGTERM: the agents "
+            "destroy their sandboxes); once they are gone: "
+            + "; ".join(f"ip netns del {h.netns}" for h in self.hosts.values())
+            + f"; ip link del {self.bridge}; rm -r {self.workdir}",
+        ]
+        (self.workdir / "pids").write_text(
+            "".join(f"{part.name} {part.pid}\n" for part in self._parts() if part.pid)
+        )
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        """Stop every part (an agent that was killed comes back first, so that it destroys
+        the sandboxes it kept), then remove the namespaces, the bridge and the files."""
+        for local in self.hosts.values():
+            if not local.agent.running and local.state_dir.exists() and self._network_up:
+                with contextlib.suppress(LaneError):
+                    local.agent.start()
+        parts = [part for part in self._parts() if part is not self.double]
+        actions: list[Callable[[], None]] = [partial(stop_all, parts)]
+        if self.double is not None:  # last: the agents' and publishers' last words go to it
+            actions.append(self.double.stop)
+        actions.append(self._network_down)
+        error = first_error(actions)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        if error is not None:
+            raise LaneError(f"tearing the local kit down: {error}")
+
+    # --- building ------------------------------------------------------------------------
+
+    @property
+    def double_base(self) -> str:
+        return f"http://{self.gateway}:{self.double_port}"
+
+    def _local(self, host: Host) -> LocalHost:
+        return self.hosts[host.label]
+
+    def _host(self, label: str, tag: str, address: str) -> LocalHost:
+        lower = label.lower()
+        state_dir = self.workdir / f"agent-{lower}"
+        state_dir.mkdir(mode=0o711)
+        netns = f"lanes{tag}{lower}"
+        host = Host(label, f"lanes-{lower}", f"http://{address}:{AGENT_PORT}")
+        offset = UID_SPAN * (ord(lower) - ord("a"))
+        agent = Process(
+            f"agent-{lower}",
+            [
+                "serve-sandboxd",
+                "--node", host.node,
+                "--listen", f"{address}:{AGENT_PORT}",
+                "--state-dir", str(state_dir),
+                "--token-file", str(self.credentials.files["root"]),
+                "--max-sandboxes", str(MAX_SANDBOXES),
+                "--uid-base", str(self.uid_base + offset),
+                "--sandbox-dns", "none",
+                "--destroy-on-exit",
+            ],
+            f"{host.agent_url}/metrics",
+            self.logs,
+            netns=netns,
+        )  # fmt: skip
+        local = LocalHost(host, netns, f"ln{tag}{lower}", address, state_dir, agent, agent)
+        local.publisher = self._publisher(local, stamp=True)
+        return local
+
+    def _publisher(self, local: LocalHost, stamp: bool) -> Process:
+        metrics = f"{local.address}:{PUBLISHER_METRICS_PORT}"
+        return Process(
+            f"publish-{local.host.label.lower()}",
+            [
+                "publish",
+                "--node", local.host.node,
+                "--sandboxd", local.host.agent_url,
+                "--sandboxd-token-file", str(self.credentials.files["root"]),
+                "--kubeconfig", str(self.kubeconfig),
+                "--interval", f"{self.windows.publish:g}s",
+                "--metrics-listen", metrics,
+                *([] if stamp else ["--no-stamp"]),
+            ],
+            f"http://{metrics}/metrics",
+            self.logs,
+            netns=local.netns,
+        )  # fmt: skip
+
+    def _double(self) -> Process:
+        return Process(
+            "kubeapi",
+            [
+                "--host", self.gateway,
+                "--port", str(self.double_port),
+                "--state", str(self.workdir / "kubeapi-state.json"),
+                "--crds", str(CRDS),
+                "--bookmark-interval", "0.2",
+            ],
+            f"{self.double_base}/healthz",
+            self.logs,
+            module="sandboxctl.testing.kubeapi",  # a process: the package never imports it
+        )  # fmt: skip
+
+    def _replicas_and_proxy(self) -> None:
+        files = self.credentials.files
+        windows = [
+            "--inventory-stale-after", f"{self.windows.stale_after:g}s",
+            "--publish-interval", f"{self.windows.publish:g}s",
+        ]  # fmt: skip
+        driver = [
+            "--warm-pool-driver",
+            "--leader-election-namespace", LEASE_NAMESPACE,
+            "--leader-election-lease-duration", "4s",
+            "--leader-election-renew-deadline", "3s",
+            "--leader-election-retry-period", "500ms",
+            "--warm-pool-sync-interval", "1s",
+        ]  # fmt: skip
+        replicas = []
+        for index in range(2):
+            kube, e2b = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+            part = Process(
+                f"apiserver-{index}",
+                [
+                    "serve-apiserver",
+                    "--source", "kube",
+                    "--kubeconfig", str(self.kubeconfig),
+                    "--sandboxd-token-file", str(files["root"]),
+                    "--kube-token-file", str(files["kube"]),
+                    "--listen", f"127.0.0.1:{kube}",
+                    "--e2b-listen", f"127.0.0.1:{e2b}",
+                    "--e2b-api-key-file", str(files["e2b"]),
+                    "--e2b-domain", DOMAIN,
+                    "--e2b-envd-secret-file", str(files["envd"]),
+                    *windows,
+                    *(driver if index == 0 else ["--no-warm-pool-driver"]),
+                ],
+                f"http://127.0.0.1:{kube}/healthz",
+                self.logs,
+            )  # fmt: skip
+            self.replica_parts.append(part)
+            replicas.append(
+                Replica(f"replica-{index}", f"http://127.0.0.1:{kube}", f"http://127.0.0.1:{e2b}")
+            )
+        self.replicas = tuple(replicas)
+        port = _free_port("127.0.0.1")
+        self.proxy_url = f"http://127.0.0.1:{port}"
+        self.proxy_part = Process(
+            "proxy",
+            [
+                "serve-proxy",
+                "--source", "kube",
+                "--kubeconfig", str(self.kubeconfig),
+                "--sandboxd-token-file", str(files["root"]),
+                "--domain", DOMAIN,
+                "--e2b-envd-secret-file", str(files["envd"]),
+                "--listen", f"127.0.0.1:{port}",
+                *windows,
+            ],
+            f"{self.proxy_url}/healthz",
+            self.logs,
+        )  # fmt: skip
+
+    def _parts(self) -> list[Process]:
+        parts = [self.double] if self.double is not None else []
+        for local in self.hosts.values():
+            parts += [local.agent, local.publisher]
+        parts += self.replica_parts
+        if self.proxy_part is not None:
+            parts.append(self.proxy_part)
+        return parts
+
+    def _network(self) -> None:
+        names = [local.netns for local in self.hosts.values()]
+        for netns in names:
+            _run(["ip", "netns", "add", netns])
+        self._network_up = True
+        batch = [
+            f"link add {self.bridge} type bridge",
+            f"addr add {self.gateway}/{self.prefix} dev {self.bridge}",
+            f"link set {self.bridge} up",
+        ]
+        for local in self.hosts.values():
+            batch += [
+                f"link add {local.link} type veth peer name eth0 netns {local.netns}",
+                f"link set {local.link} master {self.bridge}",
+                f"link set {local.link} up",
+            ]
+        _run(["ip", "-batch", "-"], "\n".join(batch) + "\n")
+        for local in self.hosts.values():
+            inside = ["link set lo up", "link set eth0 up"]
+            inside.append(f"addr add {local.address}/{self.prefix} dev eth0")
+            _run(["ip", "-n", local.netns, "-batch", "-"], "\n".join(inside) + "\n")
+        b = self.hosts["B"]
+        # Counted at prerouting on B's link: whatever reaches B for its agent, alive or not.
+        rules = (
+            f"table inet {TABLE} {{\n"
+            f"  counter {COUNTER} {{ }}\n"
+            "  chain count {\n"
+            "    type filter hook prerouting priority raw; policy accept;\n"
+            f'    iifname "eth0" ip daddr {b.address} tcp dport {AGENT_PORT} counter name '
+            f'"{COUNTER}"\n'
+            "  }\n"
+            "}\n"
+        )
+        _run(["ip", "netns", "exec", b.netns, "nft", "-f", "-"], rules)
+        self.double_port = _free_port(self.gateway)
+
+    def _network_down(self) -> None:
+        if not self._network_up:
+            return
+        for local in self.hosts.values():
+            subprocess.run(["ip", "link", "del", local.link], capture_output=True, check=False)
+            subprocess.run(["ip", "netns", "del", local.netns], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        self._network_up = False
+
+    def _objects(self) -> None:
+        """The SandboxTemplate and the SandboxWarmPool the driver spreads."""
+        spec = {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "base"}]}}}
+        objects = {
+            "sandboxtemplates": {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxTemplate",
+                "metadata": {"name": "base"},
+                "spec": spec,
+            },
+            "sandboxwarmpools": {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxWarmPool",
+                "metadata": {"name": WARM_POOL},
+                "spec": {"replicas": WARM_POOL_SIZE, "sandboxTemplateRef": {"name": "base"}},
+            },
+        }
+        with self.control_plane() as client:
+            for plural, body in objects.items():
+                answer = client.post(f"/{EXT}/{plural}", json=body)
+                if answer.status_code != 201:
+                    raise LaneError(f"creating the {plural} object: {answer.text[:200]}")
+
+    def _sentinels(self) -> None:
+        for label, local in self.hosts.items():
+            with self.agent(local.host) as agent:
+                grant = agent.claim(
+                    ClaimRequest(
+                        template="base",
+                        claim_ref=f"{NAMESPACE}/{SENTINEL}-{label.lower()}",
+                        ttl_seconds=SENTINEL_TTL,
+                    )
+                )
+            self.sentinels[label] = grant.id
+
+    # --- heal's checks -------------------------------------------------------------------
+
+    def listed(self, replica: Replica) -> list[dict[str, Any]]:
+        """The Sandbox API's list on one replica (every namespace)."""
+        with self.kube(replica) as client:
+            answer = client.get("/apis/agents.x-k8s.io/v1beta1/sandboxes")
+            answer.raise_for_status()
+            items: list[dict[str, Any]] = answer.json()["items"]
+            return items
+
+    def _both_listed(self) -> bool:
+        for replica in self.replicas:
+            try:
+                nodes = {item.get("status", {}).get("nodeName") for item in self.listed(replica)}
+            except httpx.HTTPError:
+                return False
+            if not {self.a.node, self.b.node} <= nodes:
+                return False
+        return True
+
+    def _pool_full(self) -> bool:
+        warm = 0
+        for local in self.hosts.values():
+            try:
+                with self.agent(local.host) as agent:
+                    warm += sum(pool.warm for pool in agent.info().pools)
+            except Exception:
+                return False
+        return warm >= WARM_POOL_SIZE
+
+
+@contextlib.contextmanager
+def local_kit(progress: Progress, keep: bool = False) -> Iterator[LocalKit]:
+    """Build the local kit, yield it, tear it down (``keep``: leave it up and print how
+    to reach it). SIGTERM tears it down like Ctrl-C."""
+    problem = unavailable()
+    if problem:
+        raise LaneError(f"the local kit cannot run here: {problem}")
+    workdir = Path(tempfile.mkdtemp(prefix="sandboxctl-lanes-", dir="/tmp"))
+    workdir.chmod(0o711)  # sandbox uids traverse it to their homes
+    try:
+        # uids clear of the test suite's blocks (below 2.1M), so the lanes test can run beside them
+        kit = LocalKit(workdir, uid_base=3_000_000 + (os.getpid() % 1000) * 2 * UID_SPAN)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        try:
+            kit.build(progress)
+        except LaneError:
+            raise
+        except Exception as error:  # an agent's or the double's answer: still one line
+            raise LaneError(f"the local kit did not start: {error}") from error
+        yield kit
+    finally:
+        # The teardown runs to its end: a second Ctrl-C or SIGTERM would orphan the parts.
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if keep:
+                progress.note("kept (--keep):\n" + kit.describe())
+            else:
+                kit.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
+
+
+def unavailable() -> str | None:
+    """Why the local kit cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "it needs root (network namespaces, sandboxes)"
+    missing = [
+        tool for tool in ("ip", "nft", "bwrap", "setpriv", "nsenter") if not shutil.which(tool)
+    ]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    return None
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(argv: list[str], stdin: str | None = None) -> str:
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise LaneError(f"{' '.join(argv[:4])}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _free_block(size: int = 16) -> ipaddress.IPv4Network:
+    """A /28 of 203.0.113.0/24 that no route of this machine overlaps (another kit's
+    bridge included), starting from an offset of our pid."""
+    routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]) or "[]")
+    taken = [
+        ipaddress.ip_network(route["dst"], strict=False)
+        for route in routes
+        if route.get("dst", "default") not in ("default", "")
+    ]
+    prefix = 32 - (size - 1).bit_length()
+    blocks = list(TEST_NET.subnets(new_prefix=prefix))
+    start = os.getpid() % len(blocks)
+    for offset in range(len(blocks)):
+        block = blocks[(start + offset) % len(blocks)]
+        if not any(block.overlaps(other) for other in taken):
+            return block
+    raise LaneError("no free /28 in 203.0.113.0/24 for the local kit's hosts")

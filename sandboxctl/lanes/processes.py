@@ -1,0 +1,163 @@
+"""A supervised child process of a kit: spawned (optionally inside a network namespace),
+ready once a URL answers, stopped by signal, its output kept in a log file whose tail a
+failure quotes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from sandboxctl.lanes.model import LaneError
+
+READY_TIMEOUT = 60.0  # seconds for a part to answer (the machine may be busy)
+STOP_TIMEOUT = 20.0  # seconds a part may take to exit on SIGTERM before it is killed
+TAIL = 2000  # characters of a log a failure quotes
+
+
+class Process:
+    """``python -m MODULE ARGS`` (``sandboxctl`` by default), in network namespace
+    ``netns`` when given, its stdout and stderr appended to ``LOGDIR/NAME.log`` (kept
+    across restarts)."""
+
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        ready_url: str,
+        logdir: Path,
+        netns: str | None = None,
+        module: str = "sandboxctl",
+    ) -> None:
+        self.name = name
+        self.args = args
+        self.ready_url = ready_url
+        self.log = logdir / f"{name}.log"
+        self.netns = netns
+        self.module = module
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def command(self) -> list[str]:
+        command = [sys.executable, "-m", self.module, *self.args]
+        # ``ip netns exec`` execs the command: the pid we hold is the part's own.
+        return ["ip", "netns", "exec", self.netns, *command] if self.netns else command
+
+    def spawn(self) -> Process:
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                # Not in the terminal's process group: Ctrl-C reaches the runner alone,
+                # which stops the parts in order (agents destroy their sandboxes).
+                start_new_session=True,
+            )
+        return self
+
+    def start(self) -> Process:
+        return self.spawn().ready()
+
+    def ready(self, timeout: float = READY_TIMEOUT) -> Process:
+        """Wait until the ready URL answers below 500; one line naming the part and its
+        log's tail if it exits or stays silent."""
+        popen = self.popen
+        if popen is None:
+            raise LaneError(f"{self.name} was never started")
+        deadline = time.monotonic() + timeout
+        while popen.poll() is None:
+            if answers(self.ready_url):
+                return self
+            if time.monotonic() > deadline:
+                raise LaneError(f"{self.name} did not answer within {timeout:.0f} s: {self.tail()}")
+            time.sleep(0.1)
+        raise LaneError(f"{self.name} exited with {popen.returncode}: {self.tail()}")
+
+    def tail(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text[-TAIL:].strip().splitlines()[-8:])
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def send(self, sig: int) -> None:
+        if self.running:
+            assert self.popen is not None
+            self.popen.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> None:
+        """Signal the part and wait for it to exit (SIGKILL after ``timeout``)."""
+        self.send(sig)
+        self.wait(timeout)
+
+    def wait(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Wait for a signalled part to exit, SIGKILL after ``timeout``. Never a second
+        SIGTERM: a server takes that as "exit now", skipping its cleanup."""
+        popen = self.popen
+        if popen is not None:
+            try:
+                popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+        self.popen = None
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether ``url`` answers with a status below 500."""
+    try:
+        return httpx.get(url, timeout=timeout).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+def start_all(parts: list[Process], timeout: float = READY_TIMEOUT) -> None:
+    """Spawn every part side by side, then wait for each (the slowest sets the pace)."""
+    for part in parts:
+        if not part.running:
+            part.spawn()
+    for part in parts:
+        part.ready(timeout)
+
+
+def stop_all(parts: list[Process]) -> None:
+    """SIGTERM to every part at once, then wait for each."""
+    for part in parts:
+        part.send(signal.SIGTERM)
+    error = first_error([part.wait for part in parts])
+    if error is not None:
+        raise error
+
+
+def first_error(actions: list[Callable[[], None]]) -> BaseException | None:
+    """Run every action (a teardown must not stop at the first failure); the first error."""
+    error: BaseException | None = None
+    for action in actions:
+        try:
+            action()
+        except Exception as caught:
+            error = error or caught
+    return error
