@@ -36,13 +36,12 @@ from benchmarks import Row, with_target
 from benchmarks.timing import Timing, measure
 from sandboxctl.guard.busy import AnnotationSource, BusySource, MemorySource
 from sandboxctl.guard.decide import Busy
-from sandboxctl.guard.kubeobjects import PODS, CoreObjects, Pods
 from sandboxctl.guard.pods import ANNOTATION, PodView
 from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.guard.service import Guard
 from sandboxctl.guard.sessions import SessionsSource
 from sandboxctl.guard.settings import GuardSettings
-from sandboxctl.kube import Informer
+from sandboxctl.kube import PODS, CoreObjects, Informer, Pods
 from sandboxctl.testing.kubeapi import Running, start
 
 NAME = "guard"

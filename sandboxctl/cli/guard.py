@@ -194,9 +194,8 @@ def audit_nodepools(
     2 fail (--fail-on warn: 2 on a warning too)."""
     from sandboxctl.guard.audit import Level, audit
     from sandboxctl.guard.karpenter import read_audit_input
-    from sandboxctl.guard.kubeobjects import PODS, CoreObjects
     from sandboxctl.guard.pods import pod_view
-    from sandboxctl.kube import api_client
+    from sandboxctl.kube import PODS, CoreObjects, api_client
 
     if not namespace and not nodepool:
         raise ConfigurationError(
@@ -260,8 +259,7 @@ def clear(
     """Remove the annotation from every pod the guard manages (an uninstall; stop the
     guard first). Exit 1 when a patch failed."""
     from sandboxctl.guard.clear import ClearResult, clear_annotations
-    from sandboxctl.guard.kubeobjects import PODS, CoreObjects, Pods
-    from sandboxctl.kube import api_client
+    from sandboxctl.kube import PODS, CoreObjects, Pods, api_client
 
     settings = _settings(namespace, selector, owner_label, override_label)
     api = api_client(kubeconfig)
@@ -324,9 +322,8 @@ def adopt(
     (refused on a newer owner, never on a Terminating pod). Exit 1 when one was refused."""
     from sandboxctl.guard.adopt import Adopted, AlreadyOwned, Refused
     from sandboxctl.guard.adopt import adopt as adopt_pod
-    from sandboxctl.guard.kubeobjects import PODS, CoreObjects, Pods
     from sandboxctl.guard.pods import pod_view
-    from sandboxctl.kube import api_client
+    from sandboxctl.kube import PODS, CoreObjects, Pods, api_client
 
     if not owner_label:
         raise ConfigurationError("--owner-label KEY=VALUE names the new owner: it is required")

@@ -13,7 +13,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator
+import itertools
+import operator
+from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
@@ -60,29 +63,126 @@ class WarmCandidate:
 class NodeRecord:
     """One node's inventory with its own indexes, built once when the node is replaced."""
 
-    __slots__ = ("by_id", "by_name", "inventory", "warm")
+    __slots__ = ("by_id", "by_name", "inventory", "unique", "warm")
 
     def __init__(self, inventory: NodeInventory) -> None:
         self.inventory = inventory
         by_name: dict[tuple[str, str], Entry] = {}
         by_id: dict[str, Entry] = {}
+        with_id = 0
         for entry in inventory.entries:
             # A name claimed twice on one node: the first in publish order answers.
             by_name.setdefault(entry.namespaced_name, entry)
             if entry.id:
+                with_id += 1
                 by_id.setdefault(entry.id, entry)
         self.by_name = by_name
         self.by_id = by_id
-        warm: dict[PoolKey, int] = {}
-        if inventory.address:
-            for pool in inventory.pools:
-                if pool.warm > 0:
-                    warm[pool.key] = warm.get(pool.key, 0) + pool.warm
-        self.warm = warm
+        # No name and no claim id held twice: every entry has its own slot in both maps.
+        self.unique = len(by_name) == len(inventory.entries) and len(by_id) == with_id
+        self.warm = _warm_of(inventory)
 
     @property
     def stamp(self) -> datetime | None:
         return self.inventory.published_at
+
+    def revised(self, inventory: NodeInventory) -> tuple[NodeRecord, KeyChanges]:
+        """The node's next record, and the names and claim ids it gained and lost.
+
+        Entries the new inventory shares with this one (the same objects: a source that
+        reuses what did not change hands them over) keep their slots, so the cost follows
+        what changed, not the node's size. A name or id held twice builds afresh, and so
+        does a publish mostly new (patching costs about twice what building does per entry)."""
+        if self.unique:
+            gone, added = _unshared(self.inventory.entries, inventory.entries)
+            revised = (
+                self._patched(inventory, gone, added)
+                if 2 * len(added) <= len(inventory.entries)
+                else None
+            )
+            if revised is not None:
+                return revised
+        record = NodeRecord(inventory)
+        return record, KeyChanges(
+            self.by_name.keys() - record.by_name.keys(),
+            record.by_name.keys() - self.by_name.keys(),
+            self.by_id.keys() - record.by_id.keys(),
+            record.by_id.keys() - self.by_id.keys(),
+        )
+
+    def _patched(
+        self, inventory: NodeInventory, gone: list[Entry], added: list[Entry]
+    ) -> tuple[NodeRecord, KeyChanges] | None:
+        """This record with ``gone`` taken out and ``added`` put in; None when an added
+        entry's name or id is already held (the caller builds afresh)."""
+        by_name, by_id = dict(self.by_name), dict(self.by_id)
+        names_gone, ids_gone = set(), set()
+        for entry in gone:
+            name = entry.namespaced_name
+            del by_name[name]
+            names_gone.add(name)
+            if entry.id:
+                del by_id[entry.id]
+                ids_gone.add(entry.id)
+        names_added, ids_added = set(), set()
+        for entry in added:
+            name = entry.namespaced_name
+            if name in by_name:
+                return None
+            by_name[name] = entry
+            names_added.add(name)
+            if entry.id:
+                if entry.id in by_id:
+                    return None
+                by_id[entry.id] = entry
+                ids_added.add(entry.id)
+        if len(by_name) != len(inventory.entries):
+            return None  # one entry object listed twice
+        record = NodeRecord.__new__(NodeRecord)
+        record.inventory = inventory
+        record.by_name = by_name
+        record.by_id = by_id
+        record.unique = True
+        record.warm = _warm_of(inventory)
+        # A name both gone and added (an entry that changed) stays in the fleet's indexes.
+        return record, KeyChanges(
+            names_gone - names_added,
+            names_added - names_gone,
+            ids_gone - ids_added,
+            ids_added - ids_gone,
+        )
+
+
+def _unshared(old: tuple[Entry, ...], new: tuple[Entry, ...]) -> tuple[list[Entry], list[Entry]]:
+    """The entries only ``old`` holds and those only ``new`` holds, by identity. Those in
+    the same place in both are passed over all at once; only the others are matched up."""
+    common = min(len(old), len(new))
+    moved = list(itertools.compress(range(common), map(operator.is_not, old, new)))
+    before = {id(e): e for e in [*map(old.__getitem__, moved), *old[common:]]}
+    after = {id(e): e for e in [*map(new.__getitem__, moved), *new[common:]]}
+    return (
+        [before[k] for k in before.keys() - after.keys()],
+        [after[k] for k in after.keys() - before.keys()],
+    )
+
+
+def _warm_of(inventory: NodeInventory) -> dict[PoolKey, int]:
+    warm: dict[PoolKey, int] = {}
+    if inventory.address:
+        for pool in inventory.pools:
+            if pool.warm > 0:
+                warm[pool.key] = warm.get(pool.key, 0) + pool.warm
+    return warm
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChanges:
+    """The names and claim ids one node gained and lost in a replace."""
+
+    names_gone: AbstractSet[tuple[str, str]]
+    names_added: AbstractSet[tuple[str, str]]
+    ids_gone: AbstractSet[str]
+    ids_added: AbstractSet[str]
 
 
 class _NodeSetIndex(Generic[K]):
@@ -92,25 +192,24 @@ class _NodeSetIndex(Generic[K]):
     def update(
         index: immutables.Map[K, tuple[str, ...]],
         node: str,
-        old_keys: Iterable[K],
-        new_keys: Iterable[K],
+        gone: Collection[K],
+        added: Collection[K],
     ) -> immutables.Map[K, tuple[str, ...]]:
-        old = set(old_keys)
-        new = set(new_keys)
-        gone = old - new
-        added = new - old
+        """``node`` taken out of the keys in ``gone`` and put in those in ``added`` (the
+        two do not overlap)."""
         if not gone and not added:
             return index
         mutation = index.mutate()
+        alone = (node,)  # one tuple for every key only this node holds
         for key in gone:
-            nodes = tuple(n for n in mutation.get(key, ()) if n != node)
-            if nodes:
-                mutation[key] = nodes
-            else:
-                del mutation[key]
+            nodes = mutation.pop(key, ())  # mostly held by this node alone: one lookup
+            if nodes != alone and (kept := tuple(n for n in nodes if n != node)):
+                mutation[key] = kept
         for key in added:
             nodes = mutation.get(key, ())
-            if node not in nodes:
+            if not nodes:
+                mutation[key] = alone
+            elif node not in nodes:
                 at = bisect.bisect(nodes, node)
                 mutation[key] = (*nodes[:at], node, *nodes[at:])
         return mutation.finish()
@@ -227,36 +326,38 @@ class FleetSnapshot:
         """
         node = inventory.node
         old = self._records.get(node)
-        record = NodeRecord(inventory)
         nodes = self._nodes
         if old is None:
+            record = NodeRecord(inventory)
+            changes = KeyChanges(set(), record.by_name.keys(), set(), record.by_id.keys())
             at = bisect.bisect(nodes, node)
             nodes = (*nodes[:at], node, *nodes[at:])
+        else:
+            record, changes = old.revised(inventory)
         records = self._records.set(node, record)
-        return self._reindexed(node, old, record, records, nodes, seen_at)
+        return self._reindexed(node, old, record, changes, records, nodes, seen_at)
 
     def remove(self, node: str, seen_at: float | None = None) -> FleetSnapshot:
         old = self._records.get(node)
         if old is None:
             return self
         nodes = tuple(n for n in self._nodes if n != node)
-        return self._reindexed(node, old, None, self._records.delete(node), nodes, seen_at)
+        changes = KeyChanges(old.by_name.keys(), set(), old.by_id.keys(), set())
+        records = self._records.delete(node)
+        return self._reindexed(node, old, None, changes, records, nodes, seen_at)
 
     def _reindexed(
         self,
         node: str,
         old: NodeRecord | None,
         new: NodeRecord | None,
+        changes: KeyChanges,
         records: immutables.Map[str, NodeRecord],
         nodes: tuple[str, ...],
         seen_at: float | None,
     ) -> FleetSnapshot:
-        by_name = _NodeSetIndex.update(
-            self._by_name, node, old.by_name if old else (), new.by_name if new else ()
-        )
-        by_id = _NodeSetIndex.update(
-            self._by_id, node, old.by_id if old else (), new.by_id if new else ()
-        )
+        by_name = _NodeSetIndex.update(self._by_name, node, changes.names_gone, changes.names_added)
+        by_id = _NodeSetIndex.update(self._by_id, node, changes.ids_gone, changes.ids_added)
         warm = self._reindex_warm(node, old, new)
         newest, newest_seen_at = self._newest_after(old, new, records, seen_at)
         stalls = self._stalls_after(newest, seen_at)
@@ -303,6 +404,8 @@ class FleetSnapshot:
         newest = self.newest
         if stamp is not None and (newest is None or stamp > newest):
             return stamp, seen_at
+        if stamp is not None and stamp == newest:  # still the newest: nothing to look for
+            return newest, self.newest_seen_at
         if old is not None and old.stamp is not None and old.stamp == newest:
             # The node that set the newest stamp went back or left: take the next newest.
             stamps = [r.stamp for r in records.values() if r.stamp is not None]

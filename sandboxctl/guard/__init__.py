@@ -7,11 +7,11 @@ Pure decisions (no I/O, clocks passed in; an import contract keeps them so):
 drain guard for Terminating workers and ``is_schedulable``), ``audit`` (the NodePool
 rules), ``settings``, ``status`` (the GuardStatus document).
 
-I/O: ``kubeobjects`` (pods, nodes and Karpenter's kinds on the client), ``busy``,
-``sessions``, ``probe`` and ``hosts`` (the busy sources), ``reconcile`` (the tick and its
-patches), ``adopt`` (the conditional relabel), ``clear`` (uninstall), ``karpenter``
-(reading the audit's input), ``metrics``, ``serve`` (``/metrics``, ``/status``) and
-``service`` (``guard-workers run`` assembled).
+I/O: ``busy``, ``sessions``, ``probe`` and ``hosts`` (the busy sources), ``reconcile``
+(the tick and its patches), ``adopt`` (the conditional relabel), ``clear`` (uninstall),
+``karpenter`` (reading the audit's input), ``metrics``, ``serve`` (``/metrics``,
+``/status``) and ``service`` (``guard-workers run`` assembled). The calls on pods, nodes
+and Karpenter's kinds are the Kubernetes layer's (``sandboxctl.kube``).
 """
 
 # Only the pure parts are re-exported: importing the package must not load the

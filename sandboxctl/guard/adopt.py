@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from sandboxctl.guard.kubeobjects import PodCalls
+from sandboxctl.kube.corekinds import PodCalls
 from sandboxctl.kube.errors import KubeConflict, KubeNotFound
 
 DEFAULT_RETRIES = 3

@@ -22,9 +22,16 @@ from sandboxctl.guard.audit import (
     claim_view,
     nodepool_spec,
 )
-from sandboxctl.guard.kubeobjects import NODECLAIMS, NODEPOOLS, NODES, CoreObjects
 from sandboxctl.guard.pods import NodeView, PodView, node_view
-from sandboxctl.kube import CustomObjects, KubeForbidden, KubeNotFound
+from sandboxctl.kube import (
+    NODECLAIMS,
+    NODEPOOLS,
+    NODES,
+    CoreObjects,
+    CustomObjects,
+    KubeForbidden,
+    KubeNotFound,
+)
 
 
 class AuditReadError(ConfigurationError):

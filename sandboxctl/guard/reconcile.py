@@ -42,10 +42,10 @@ from sandboxctl.guard.decide import (
     decide,
     merge_patch,
 )
-from sandboxctl.guard.kubeobjects import PodCalls
 from sandboxctl.guard.metrics import GuardMetrics
 from sandboxctl.guard.pods import NodeView, Override, PodShape, PodView, node_view, pod_view
 from sandboxctl.guard.settings import GuardSettings
+from sandboxctl.kube.corekinds import PodCalls
 from sandboxctl.kube.errors import KubeConflict, KubeError, KubeInvalid, KubeNotFound
 
 log = logging.getLogger(__name__)

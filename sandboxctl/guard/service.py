@@ -26,14 +26,13 @@ from sandboxctl.guard.audit import AuditInput, AuditReport, Level, audit
 from sandboxctl.guard.busy import BusySource
 from sandboxctl.guard.health import HEALTHY, Deferred, Lost, Verdict
 from sandboxctl.guard.karpenter import AuditReadError, read_audit_input
-from sandboxctl.guard.kubeobjects import NODES, PODS, CoreObjects, Pods
 from sandboxctl.guard.metrics import GuardMetrics
 from sandboxctl.guard.pods import PodView, pod_view
 from sandboxctl.guard.probe import OnVerdict, ProbeSource
 from sandboxctl.guard.reconcile import Reconciler, ViewCache
 from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.guard.status import status_document
-from sandboxctl.kube import Informer
+from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
 from sandboxctl.kube.informer import DELETED
 
 log = logging.getLogger(__name__)

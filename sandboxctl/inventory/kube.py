@@ -22,10 +22,12 @@ asking whether the CRD is installed) when it does not come.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import operator
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -40,11 +42,7 @@ from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED
 log = logging.getLogger(__name__)
 
 
-def _name_of(raw: Any) -> object:
-    """An entry's key for reuse: its name and id (a name may be held twice on a node)."""
-    if isinstance(raw, dict):
-        return (raw.get("name"), raw.get("id"))
-    return id(raw)
+_name_of = operator.methodcaller("get", "name")
 
 
 SYNC_TIMEOUT = timedelta(minutes=2)
@@ -72,8 +70,8 @@ class KubeInventorySource:
         self._lock = threading.Lock()
         self._sync_timeout = sync_timeout
         self._unreadable: set[str] = set()
-        # node -> entry key -> (its last JSON, its Entry), for reuse by the next event
-        self._entries: dict[str, dict[object, tuple[Any, Entry]]] = {}
+        # node -> its last entries' JSON and the entries read from it, for the next event
+        self._entries: dict[str, tuple[list[Any], tuple[Entry, ...]]] = {}
         self.events = 0
         self.informer = Informer(
             CustomObjects(api, NODE_INVENTORIES),
@@ -144,29 +142,49 @@ class KubeInventorySource:
 
     def _read(self, name: str, obj: dict[str, Any]) -> NodeInventory:
         """The object as an inventory. A republish mostly repeats its entries, so an entry
-        whose JSON equals the node's last one is reused rather than read again (it is the
-        bulk of an event's cost: two timestamps to parse per entry)."""
+        whose JSON equals one of the node's last ones is reused rather than read again
+        (reading is the bulk of an event's cost: two timestamps to parse per entry)."""
         raws = obj.get("entries")
         previous = self._entries.get(name)
-        keys = list(map(_name_of, raws)) if isinstance(raws, list) else []
-        if not isinstance(raws, list) or len(set(keys)) != len(keys):
-            self._entries.pop(name, None)  # nothing to reuse from, or keys that repeat
-            return inventory_from_object(obj)
-        if previous is None:
+        if not isinstance(raws, list) or previous is None:
             inventory = inventory_from_object(obj)
         else:
-            fresh = [
-                raw
-                for raw, key in zip(raws, keys, strict=True)
-                if previous.get(key, (None,))[0] != raw
-            ]
-            inventory = inventory_from_object({**obj, "entries": fresh})
-            parsed = {
-                _name_of(raw): entry for raw, entry in zip(fresh, inventory.entries, strict=True)
-            }
-            entries = tuple(parsed[key] if key in parsed else previous[key][1] for key in keys)
-            inventory = dataclasses.replace(inventory, entries=entries)
-        self._entries[name] = {
-            key: (raw, entry) for key, raw, entry in zip(keys, raws, inventory.entries, strict=True)
-        }
+            inventory = _reusing(obj, raws, *previous)
+        if isinstance(raws, list):
+            self._entries[name] = (raws, inventory.entries)
+        else:
+            self._entries.pop(name, None)
         return inventory
+
+
+def _reusing(
+    obj: dict[str, Any], raws: list[Any], last_raws: list[Any], last: tuple[Entry, ...]
+) -> NodeInventory:
+    """Read ``obj``, taking each entry whose JSON equals one in ``last_raws`` from ``last``.
+
+    An entry is matched at its position first (compared in C, all at once), then by name.
+    Equal JSON reads to an equal entry, so reuse is right whatever is matched with what,
+    names held twice included."""
+    count = len(raws)
+    entries: list[Entry | None] = [*last[:count], *itertools.repeat(None, count - len(last))]
+    same = map(operator.not_, map(operator.eq, raws, last_raws))
+    misses = itertools.chain(itertools.compress(range(count), same), range(len(last), count))
+    by_name: dict[Any, int] | None = None
+    fresh: list[int] = []
+    for i in misses:
+        raw = raws[i]
+        if by_name is None:
+            by_name = dict(zip(map(_name_of, last_raws), range(len(last_raws)), strict=True))
+        held = raw.get("name") if isinstance(raw, dict) else None
+        at = by_name.get(held) if isinstance(held, str) else None
+        if at is not None and last_raws[at] == raw:
+            entries[i] = last[at]
+        else:
+            fresh.append(i)
+    try:
+        read = inventory_from_object({**obj, "entries": [raws[i] for i in fresh]})
+    except InventoryFormatError:
+        return inventory_from_object(obj)  # raises again, naming the entry by its own index
+    for i, entry in zip(fresh, read.entries, strict=True):
+        entries[i] = entry
+    return dataclasses.replace(read, entries=cast(tuple[Entry, ...], tuple(entries)))  # all set

@@ -3,13 +3,14 @@ through here, on the official ``kubernetes`` client.
 
 Modules: ``connect`` (an ``ApiClient`` from a kubeconfig or the pod's service account),
 ``errors`` (the client's exceptions mapped to one error tree), ``resources`` (the custom
-resources sandboxctl reads and writes, and typed calls on them), ``informer`` (one
-list-then-watch cache) and ``lease`` (Lease-based leader election). No business rules
-live here: what an inventory means is ``core``'s, what the driver does is the API
-server's.
+resources sandboxctl reads and writes, and typed calls on them), ``corekinds`` (the same
+calls on pods and nodes, and the pod writes), ``informer`` (one list-then-watch cache) and
+``lease`` (Lease-based leader election). No business rules live here: what an inventory
+means is ``core``'s, what the driver does is the API server's.
 """
 
 from sandboxctl.kube.connect import api_client
+from sandboxctl.kube.corekinds import NODES, PODS, CoreObjects, PodCalls, Pods
 from sandboxctl.kube.errors import (
     KubeConflict,
     KubeError,
@@ -23,6 +24,8 @@ from sandboxctl.kube.informer import Informer
 from sandboxctl.kube.lease import LeaderElector
 from sandboxctl.kube.resources import (
     NODE_INVENTORIES,
+    NODECLAIMS,
+    NODEPOOLS,
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
     CustomObjects,
@@ -30,9 +33,14 @@ from sandboxctl.kube.resources import (
 )
 
 __all__ = [
+    "NODECLAIMS",
+    "NODEPOOLS",
+    "NODES",
     "NODE_INVENTORIES",
+    "PODS",
     "SANDBOX_TEMPLATES",
     "SANDBOX_WARM_POOLS",
+    "CoreObjects",
     "CustomObjects",
     "Informer",
     "KubeConflict",
@@ -43,6 +51,8 @@ __all__ = [
     "KubeNotFound",
     "KubeUnavailable",
     "LeaderElector",
+    "PodCalls",
+    "Pods",
     "Resource",
     "api_client",
 ]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, watch
+import orjson
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -50,6 +51,9 @@ SANDBOX_WARM_POOLS = Resource(
 SANDBOX_TEMPLATES = Resource(
     "extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "SandboxTemplate", namespaced=True
 )
+# Karpenter's, which the guard reads
+NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
+NODECLAIMS = Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +62,44 @@ class Listed:
     resource_version: str
 
 
+def watch_lines(segments: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a watch response's body as its segments arrive. Only the bytes that
+    came since the last line are searched (the client's ``iter_resp_lines`` searches its
+    whole buffer on every segment, and decodes each line to text first)."""
+    pending = bytearray()
+    for segment in segments:
+        end = segment.find(b"\n")
+        if end == -1:
+            pending += segment
+            continue
+        pending += segment[:end]
+        yield bytes(pending)
+        pending = bytearray()
+        start = end + 1
+        while (end := segment.find(b"\n", start)) != -1:
+            yield segment[start:end]
+            start = end + 1
+        pending += segment[start:]
+    # What is left never ended with a newline: a cut stream, whose event is sent again.
+
+
+def watch_event(line: bytes) -> dict[str, Any]:
+    """One watch event parsed. orjson reads a 2000-entry NodeInventory in half the time
+    of ``json``; what it refuses and ``json`` reads (integers beyond 64 bits, invalid
+    UTF-8, replaced as the client does) goes to ``json``."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        event = json.loads(line.decode("utf-8", errors="replace"))
+    if not isinstance(event, dict):
+        raise ValueError(f"a watch event must be a JSON object, not {type(event).__name__}")
+    return event
+
+
 class WatchStream:
-    """The events of one watch response, parsed once each (the client's ``Watch`` parses
-    every object twice, which a 2000-entry inventory pays for in milliseconds)."""
+    """The events of one watch response, each parsed once from its bytes (the client's
+    ``Watch`` parses every object twice, which a 2000-entry inventory pays for in
+    milliseconds)."""
 
     def __init__(self, response: Any, what: str) -> None:
         self._response = response
@@ -68,10 +107,10 @@ class WatchStream:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for line in watch.watch.iter_resp_lines(self._response):  # type: ignore[no-untyped-call]
+            for line in watch_lines(self._response.stream(amt=None, decode_content=False)):
                 if not line:
                     continue
-                event = json.loads(line)
+                event = watch_event(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     failure = ApiException(status=status.get("code"), reason=status.get("reason"))

@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from sandboxctl.core.freshness import FreshnessRule, NodeState, ReferenceMode, ReferenceOrigin
 from sandboxctl.core.model import DEFAULT_NAMESPACE, PoolKey
-from sandboxctl.core.snapshot import MAX_STALLS, FleetSnapshot, Located, Stall, WarmCandidate
+from sandboxctl.core.snapshot import (
+    MAX_STALLS,
+    FleetSnapshot,
+    Located,
+    NodeRecord,
+    Stall,
+    WarmCandidate,
+)
 from tests.core.fleet_factory import T0, at, entry, inv, pool, quick, sec
 
 RULE = FreshnessRule()
@@ -604,6 +611,79 @@ def test_build_reads_the_same_as_replacing_each_inventory_in_turn(inventories, s
         assert b.lookup_claim_id(claim_id) == f.lookup_claim_id(claim_id)
     for key in KEYS:
         assert b.warm_candidates(key) == f.warm_candidates(key)
+
+
+# A source that reuses unchanged entries hands the same objects from one publish to the
+# next: a replace then patches the node's record instead of building it. Entries drawn from
+# one fixed set of objects (names and ids held twice included) take that path.
+SHARED = [entry(name, claim_id) for name in NAMES for claim_id in IDS] + [entry("t/x", "sb_1")]
+shared_puts = st.builds(
+    lambda node, stamp, entries: inv(node, stamp, entries=tuple(entries)),
+    st.sampled_from(NODES),
+    stamps,
+    st.lists(st.sampled_from(SHARED), max_size=6),
+)
+
+
+@quick
+@given(ops=st.lists(st.one_of(shared_puts, shared_puts, removes), max_size=16))
+def test_replacing_with_shared_entries_reads_the_same_as_a_fresh_build(ops):
+    snapshot = FleetSnapshot.empty()
+    model = {}
+    for op in ops:
+        if isinstance(op, tuple):
+            snapshot = snapshot.remove(op[1])
+            model.pop(op[1], None)
+        else:
+            snapshot = snapshot.replace(op)
+            model[op.node] = op
+    built = FleetSnapshot.build(model.values())
+    for node in built.nodes:
+        patched, fresh_record = snapshot.record(node), NodeRecord(model[node])
+        assert patched.by_name == fresh_record.by_name
+        assert patched.by_id == fresh_record.by_id
+        assert patched.unique == fresh_record.unique
+    now = at(0)
+    b, f = built.view(RULE, now), snapshot.view(RULE, now)
+    for name in NAMES:
+        key = entry(name).namespaced_name
+        assert b.lookup_name(*key) == f.lookup_name(*key)
+    for claim_id in IDS:
+        assert b.lookup_claim_id(claim_id) == f.lookup_claim_id(claim_id)
+    assert snapshot._by_name == built._by_name
+    assert snapshot._by_id == built._by_id
+
+
+def test_a_republish_sharing_entries_patches_only_what_changed():
+    kept, changed, gone = entry("t/kept", "sb_1"), entry("t/c", "sb_2"), entry("t/gone", "sb_3")
+    others = (entry("t/o1"), entry("t/o2"))  # most of the publish is shared: it is patched
+    first = inv("a", at(0), entries=(kept, changed, gone, *others))
+    snapshot = FleetSnapshot.build([first, inv("b", at(0), entries=(entry("t/gone", "sb_9"),))])
+    new_changed, added = entry("t/c", "sb_2", phase="Paused"), entry("t/new", "sb_4")
+    record, changes = snapshot.record("a").revised(
+        inv("a", at(1), entries=(kept, new_changed, added, *others))
+    )
+    assert changes.names_gone == {("t", "gone")}
+    assert changes.names_added == {("t", "new")}
+    assert changes.ids_gone == {"sb_3"}
+    assert changes.ids_added == {"sb_4"}
+    assert record.by_name[("t", "c")] is new_changed
+    assert record.by_name[("t", "kept")] is kept
+    view = snapshot.replace(record.inventory).view(RULE, at(1))
+    assert view.lookup_name("t", "gone") == [Located("b", entry("t/gone", "sb_9"))]
+    assert view.lookup_claim_id("sb_4") == Located("a", added)
+
+
+def test_a_republish_that_claims_a_held_name_twice_answers_the_first_in_publish_order():
+    first, again = entry("t/x", "sb_1"), entry("t/x", "sb_2")
+    snapshot = FleetSnapshot.build([inv("a", at(0), entries=(first,))])
+    snapshot = snapshot.replace(inv("a", at(1), entries=(first, again)))
+    view = snapshot.view(RULE, at(1))
+    assert view.lookup_name("t", "x") == [Located("a", first)]
+    assert view.lookup_claim_id("sb_2") == Located("a", again)
+    snapshot = snapshot.replace(inv("a", at(2), entries=(again,)))
+    assert snapshot.view(RULE, at(2)).lookup_name("t", "x") == [Located("a", again)]
+    assert snapshot.view(RULE, at(2)).lookup_claim_id("sb_1") is None
 
 
 @quick

@@ -15,16 +15,14 @@ from typing import Any
 from sandboxctl.clock import Clock, ManualClock
 from sandboxctl.guard.busy import MemorySource
 from sandboxctl.guard.decide import Busy
-from sandboxctl.guard.kubeobjects import NODES, PODS, CoreObjects, Pods
 from sandboxctl.guard.pods import ANNOTATION, DISRUPTED_TAINT, NODEPOOL_LABEL, PodView
 from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.guard.settings import GuardSettings
-from sandboxctl.kube import Informer
+from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
 from sandboxctl.testing.kubeapi.resources import ResourceType
 from tests.kubeapi.double import Kube
 from tests.sandboxd.servers import wait_until
 
-KARPENTER_CRDS = Path(__file__).resolve().parent / "karpenter-crds"
 NS = "workers"
 SELECTOR = "app=worker"
 T0 = datetime(2026, 6, 4, 12, 0, tzinfo=UTC)

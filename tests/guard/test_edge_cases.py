@@ -16,11 +16,11 @@ from sandboxctl.guard.adopt import Adopted, Refused, RefusedReason, adopt
 from sandboxctl.guard.busy import CountingSource
 from sandboxctl.guard.decide import Busy, KeepReason
 from sandboxctl.guard.health import Deferred, Lost, LostReason, is_schedulable, judge
-from sandboxctl.guard.kubeobjects import Pods
 from sandboxctl.guard.pods import ANNOTATION, OVERRIDE_LABEL, node_view, pod_view
 from sandboxctl.guard.probe import ProbeSource
 from sandboxctl.guard.service import Guard, UnboundedRefusal
 from sandboxctl.guard.sessions import SessionsSource
+from sandboxctl.kube import Pods
 from sandboxctl.testing.kubeapi.server import Fault
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance, settings
 from tests.guard.endpoints import BlackHole, WorkerEndpoints

@@ -16,9 +16,9 @@ from sandboxctl.clock import ManualClock
 from sandboxctl.guard.adopt import Adopted, Refused, RefusedReason, adopt
 from sandboxctl.guard.busy import CountingSource
 from sandboxctl.guard.decide import Busy
-from sandboxctl.guard.kubeobjects import Pods
 from sandboxctl.guard.pods import ANNOTATION, born_guarded, pod_view
 from sandboxctl.guard.reconcile import NotSynced
+from sandboxctl.kube import Pods
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance
 
 

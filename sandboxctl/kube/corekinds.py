@@ -1,9 +1,9 @@
-"""Calls on the core kinds the guard reads and writes (pods, nodes), and on Karpenter's.
+"""Calls on the core ``v1`` kinds sandboxctl reads and writes: pods and nodes.
 
-``CoreObjects`` gives pods and nodes the list and watch calls of ``kube.CustomObjects``
-(raw JSON, no model classes: a tick reads thousands of pods), so the shared ``Informer``
-caches them. ``Pods`` holds the guard's only writes: a merge patch of one pod's metadata,
-and the GET that re-reads a pod after a refused write.
+``CoreObjects`` gives them the list and watch calls of :class:`CustomObjects` (raw JSON,
+no model classes: the guard's tick reads thousands of pods), so the shared ``Informer``
+caches them. ``Pods`` holds the only pod writes: a merge patch of one pod's metadata, and
+the GET that re-reads a pod after a refused write.
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from sandboxctl.kube.resources import MERGE_PATCH, REQUEST_TIMEOUT, CustomObject
 
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
-NODECLAIMS = Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
+
+
+def _json(response: Any) -> dict[str, Any]:
+    """The body of a call made with ``_preload_content=False``: the JSON as sent, without
+    the client's model classes."""
+    body: dict[str, Any] = json.loads(response.data)
+    return body
 
 
 class CoreObjects(CustomObjects):
@@ -49,7 +54,7 @@ class CoreObjects(CustomObjects):
             response = self._core.list_pod_for_all_namespaces(**options)
         else:
             response = self._core.list_namespaced_pod(namespace, **options)
-        return response if raw else json.loads(response.data)
+        return response if raw else _json(response)
 
 
 class PodCalls(Protocol):
@@ -69,14 +74,14 @@ class Pods:
         self._core = client.CoreV1Api(api)
 
     def get(self, namespace: str, name: str, timeout: float) -> dict[str, Any]:
-        def read() -> dict[str, Any]:
-            response: Any = self._core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=timeout
-            )
-            found: dict[str, Any] = json.loads(response.data)
-            return found
-
-        return call(f"get pods/{name}", read)
+        return call(
+            f"get pods/{name}",
+            lambda: _json(
+                self._core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=timeout
+                )
+            ),
+        )
 
     def patch(
         self, namespace: str, name: str, body: dict[str, Any], timeout: float
@@ -84,13 +89,13 @@ class Pods:
         """A JSON merge patch (RFC 7386: ``null`` deletes a key), asked for explicitly: the
         client would otherwise send a strategic merge patch for a pod."""
         with mapped(f"patch pods/{name}"):
-            response: Any = self._core.patch_namespaced_pod(
-                name,
-                namespace,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=timeout,
+            return _json(
+                self._core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    body,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=timeout,
+                )
             )
-            patched: dict[str, Any] = json.loads(response.data)
-            return patched
