@@ -11,7 +11,8 @@ that agent. Needs root, bubblewrap, iproute2 and nftables; otherwise one ``skipp
   allow and 8 deny CIDRs), in batches of 10 with a refill between: the policy is one
   nftables transaction on the claim path. Target p50 <= 5 ms. Measured again beside 50
   other tables on the host (as other agents and test runs leave): the claim's
-  transaction reads nothing of the kernel's state, so it should not grow.
+  transaction reads nothing of the kernel's state, so it should not grow. Beside it, the
+  same client's round trip to a route that does no work: the HTTP floor under the claim.
 - ``cold start``: ``agent.claim`` of a key without a warm pool, with the network and
   without, interleaved (each released, untimed); ``network cost`` is the p50 difference.
 - ``starts per second (network)``: a refill of 20 from empty.
@@ -121,6 +122,7 @@ def run() -> Iterator[Row]:
         client = AgentClient(f"http://{address}", TOKEN)
         stack.callback(client.close)
         yield _warm_claims(networked, client)
+        yield _round_trip(client)
         with _neighbour_tables(NEIGHBOUR_TABLES):
             yield _warm_claims(networked, client, f", {NEIGHBOUR_TABLES} other tables")
         yield from _cold_starts(networked, plain)
@@ -179,6 +181,18 @@ def _warm_claims(agent: Agent, client: AgentClient, beside: str = "") -> Row:
     timing = Timing(tuple(sorted(samples)))
     row = _row(f"warm claim with policy (http){beside}", **timing.figures("ms"))
     return with_target(row, timing.p50_ns / 1e6 <= 5.0, "p50 <= 5 ms")
+
+
+def _round_trip(client: AgentClient) -> Row:
+    """The floor under the claim's figure: the same client and server answering a read
+    that does no work (``GET /v1/info``)."""
+    samples = []
+    for _ in range(50):
+        started = time.perf_counter_ns()
+        client.info()
+        samples.append(time.perf_counter_ns() - started)
+    timing = Timing(tuple(sorted(samples)))
+    return _row("agent round trip, no work (GET /v1/info, same client)", **timing.figures("ms"))
 
 
 def _cold_starts(networked: Agent, plain: Agent) -> Iterator[Row]:
