@@ -25,8 +25,9 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## unit: the suite; on two workers with make unit PYTEST_ARGS="-n 2 --dist loadgroup"
-## (pytest-xdist; tests/conftest.py groups the tests that share a stack)
+## unit: the suite, on two workers (pytest-xdist; tests/conftest.py groups the tests that
+## share a stack, so one worker starts it). One worker: make unit PYTEST_ARGS=
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 unit: $(INSTALLED) host-tools kubectl e2b-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
 
