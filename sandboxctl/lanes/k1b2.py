@@ -11,8 +11,7 @@ opening burst, and no replica logs a line naming B meanwhile."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,17 +109,11 @@ def judge(observed: Observed, windows: Windows, node: str) -> Verdict:
     return Verdict(LANE.id, not problems, figure, bound, "; ".join(problems))
 
 
-class PublisherRestart:
+class PublisherRestart(observe.MeasuredLane[Observed]):
     lanes: tuple[Lane, ...] = (LANE,)
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-
-    def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]:
-        if LANE.id in selected:
-            with observe.Clients(kit) as clients:
-                observed = self.measure(clients, progress)
-            yield judge(observed, kit.windows, kit.b.node)
+    def judged(self, observed: Observed, kit: Kit, progress: Progress) -> Verdict:
+        return judge(observed, kit.windows, kit.b.node)
 
     def measure(self, clients: observe.Clients, progress: Progress) -> Observed:
         kit = clients.kit

@@ -11,8 +11,6 @@ span. At every poll B's inventory is present and both replicas list B's sandboxe
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sandboxctl.lanes import observe
@@ -92,17 +90,11 @@ def judge(observed: Observed, windows: Windows) -> Verdict:
     return Verdict(LANE.id, not problems, figure, bound, "; ".join(problems))
 
 
-class OldPublisher:
+class OldPublisher(observe.MeasuredLane[Observed]):
     lanes: tuple[Lane, ...] = (LANE,)
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-
-    def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]:
-        if LANE.id in selected:
-            with observe.Clients(kit) as clients:
-                observed = self.measure(clients, progress)
-            yield judge(observed, kit.windows)
+    def judged(self, observed: Observed, kit: Kit, progress: Progress) -> Verdict:
+        return judge(observed, kit.windows)
 
     def measure(self, clients: observe.Clients, progress: Progress) -> Observed:
         kit = clients.kit

@@ -11,8 +11,6 @@ is started again after. That replica 1 (replicas[0]) held the lease is read from
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -157,19 +155,13 @@ def judge(observed: Observed, windows: Windows) -> Verdict:
     return Verdict(LANE.id, not problems, figure, bound, f"{detail}\n{table}" if detail else table)
 
 
-class ControlPlaneOutage:
+class ControlPlaneOutage(observe.MeasuredLane[Observed]):
     lanes: tuple[Lane, ...] = (LANE,)
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-
-    def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]:
-        if LANE.id in selected:
-            with observe.Clients(kit) as clients:
-                observed = self.measure(clients, progress)
-            for line in timeline(observed, kit.windows).splitlines():
-                progress.note(line)
-            yield judge(observed, kit.windows)
+    def judged(self, observed: Observed, kit: Kit, progress: Progress) -> Verdict:
+        for line in timeline(observed, kit.windows).splitlines():
+            progress.note(line)
+        return judge(observed, kit.windows)
 
     def measure(self, clients: observe.Clients, progress: Progress) -> Observed:
         kit = clients.kit

@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sandboxctl.agentapi import AgentApiError, AgentError, ClaimGrant, ClaimRequest
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, KubeError, KubeNotFound, api_client
 from sandboxctl.lanes.kit import Host, Kit, Replica
-from sandboxctl.lanes.model import LaneError, Progress
+from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict
 
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/sandboxes"
 NAMESPACE = "default"
@@ -31,6 +32,31 @@ BOOKMARK_END = "k8s.io/initial-events-end"
 PER_SANDBOX_ROUTE = "/v1/sandboxes/{sandbox_id}"
 SAMPLE_SLACK = 15.0  # seconds past a span's end before its polls count as stuck
 CLAIM_TTL = 600  # seconds: outlives any lane, so a lane never runs on expired claims
+
+
+Observed = TypeVar("Observed")
+
+
+class MeasuredLane(Generic[Observed]):
+    """A scenario of one lane: measure through the kit's clients, then judge what was
+    observed (a pure function of it and the kit's windows, so a fake kit can test it)."""
+
+    lanes: tuple[Lane, ...]
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+
+    def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]:
+        if self.lanes[0].id in selected:
+            with Clients(kit) as clients:
+                observed = self.measure(clients, progress)
+            yield self.judged(observed, kit, progress)
+
+    def measure(self, clients: Clients, progress: Progress) -> Observed:
+        raise NotImplementedError
+
+    def judged(self, observed: Observed, kit: Kit, progress: Progress) -> Verdict:
+        raise NotImplementedError
 
 
 def namespaced(namespace: str = NAMESPACE) -> str:

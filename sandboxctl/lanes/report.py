@@ -78,9 +78,13 @@ def markdown(run: Run) -> str:
             verdict.figure,
             verdict.bound,
             f"{verdict.seconds:.1f}",
-            verdict.detail,
+            "below" if "\n" in verdict.detail else verdict.detail,
         ]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    # A detail of several lines (K1OUT-01's timeline) keeps its lines under a heading.
+    for verdict in run.verdicts:
+        if "\n" in verdict.detail:
+            lines += ["", f"## {verdict.lane}", "", "```", verdict.detail.strip("\n"), "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -184,6 +184,17 @@ def test_the_report_file_is_json_with_markdown_beside_it(tmp_path: Path) -> None
         report.write(_result(), tmp_path / "lanes.md")
 
 
+def test_a_detail_of_several_lines_keeps_them_under_its_lanes_heading() -> None:
+    timeline = "t | replica-0\n1.5 s | up\n4.5 s | up"
+    run = _result()
+    run.verdicts[0] = Verdict("K1OUT-01", True, "outage 36.1 s", ">= 36 s", timeline, 40.0)
+
+    markdown = report.markdown(run)
+
+    assert "| K1OUT-01 | **PASS** | outage 36.1 s | >= 36 s | 40.0 | below |" in markdown
+    assert f"## K1OUT-01\n\n```\n{timeline}\n```" in markdown
+
+
 # --- the CLI -----------------------------------------------------------------------------
 
 
