@@ -89,7 +89,7 @@ def run_lanes(
         report.markdown_path(report_file)  # a bad name fails before a kit is built
         if not report_file.parent.is_dir():
             raise LaneError(f"--report {report_file}: no directory {report_file.parent}")
-    lanes = [lane for scenario, _ in plan for lane in scenario.lanes]
+    lanes = [lane for scenario, picked in plan for lane in scenario.lanes if lane.id in picked]
     progress = ConsoleProgress(console(stderr=True))
     result: Run | None = None
     torn = True  # the kit went down cleanly

@@ -275,9 +275,7 @@ class ExternalKit:
         self._e2b_key = _secret(files.e2b_key)
         self._kube_token = _secret(files.kube_token)
         self._agent_token = _secret(files.agent_token)
-        self._verify: ssl.SSLContext | bool = (
-            ssl.create_default_context(cafile=str(files.ca_bundle)) if files.ca_bundle else True
-        )
+        self._verify: ssl.SSLContext | bool = _tls(files.ca_bundle)
         # What this kit broke and heal() must restore: "control-plane", "<label>:host",
         # "<label>:publisher".
         self._broken: set[str] = set()
@@ -473,3 +471,13 @@ def external_kit(
         yield kit
     finally:
         kit.restore()
+
+
+def _tls(ca_bundle: Path | None) -> ssl.SSLContext | bool:
+    """What the kit's clients verify servers with: the file's CA bundle, else the system's."""
+    if ca_bundle is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(ca_bundle))
+    except (ssl.SSLError, OSError) as error:
+        raise LaneError(f"credentials.ca_bundle: {ca_bundle}: {error}") from None

@@ -441,9 +441,9 @@ class LocalKit:
 
     def _network(self) -> None:
         names = [local.netns for local in self.hosts.values()]
+        self._network_up = True  # teardown removes whatever of it was made
         for netns in names:
             _run(["ip", "netns", "add", netns])
-        self._network_up = True
         batch = [
             f"link add {self.bridge} type bridge",
             f"addr add {self.gateway}/{self.prefix} dev {self.bridge}",

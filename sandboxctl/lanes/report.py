@@ -98,8 +98,11 @@ def markdown_path(path: Path) -> Path:
 
 def write(run: Run, path: Path) -> tuple[Path, Path]:
     beside = markdown_path(path)
-    path.write_text(json.dumps(to_json(run), indent=2) + "\n", encoding="utf-8")
-    beside.write_text(markdown(run), encoding="utf-8")
+    try:
+        path.write_text(json.dumps(to_json(run), indent=2) + "\n", encoding="utf-8")
+        beside.write_text(markdown(run), encoding="utf-8")
+    except OSError as error:
+        raise LaneError(f"--report {path}: {error.strerror or error}") from None
     return path, beside
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Final
 
 from sandboxctl.relay import Connection, Upstream, UpstreamError
+from sandboxctl.sandboxd.network.firewall import GUEST_MARK
 from sandboxctl.sandboxd.network.links import host_end
 
 CONNECT_TIMEOUT: Final = 1.0
@@ -91,6 +92,7 @@ async def _connect_bound(key: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, device.encode())
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, GUEST_MARK)  # the filter's pass
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, (address, int(port)))
     except BaseException:

@@ -71,10 +71,6 @@ class Held:
             return self
         return next((other for other in self.others if accepts(other.located)), None)
 
-    def on(self, node: str) -> Held:
-        """The holder on ``node``, else the winner."""
-        return next((h for h in (self, *self.others) if h.located.node == node), self)
-
 
 @dataclass(frozen=True, slots=True)
 class Change:
@@ -320,10 +316,11 @@ def _held(located: Located, version: str) -> Held:
 
 def _gone(last: Held, version: int) -> Held:
     others = tuple(_gone(other, version) for other in last.others)
-    return Held(last.located, _at_version(last.object, version), others)
+    return Held(last.located, at_version(last.object, version), others)
 
 
-def _at_version(obj: Object, version: int) -> Object:
+def at_version(obj: Object, version: int) -> Object:
+    """``obj`` as served at ``version``."""
     return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sandboxctl.core.watching import ADDED, DELETED, MODIFIED, WatchEvent, bookmark
-from sandboxctl.store.ledger import Change, Held
+from sandboxctl.store.ledger import Change, Held, at_version
 from sandboxctl.store.lists import select
 
 if TYPE_CHECKING:
@@ -105,11 +105,15 @@ class Watch:
             return WatchEvent(DELETED, gone.object) if gone is not None else None
         now = self._visible(change.held)
         if now is not None and was is not None:
-            if now.object is was.object:  # a change of a duplicate this watch does not show
+            if now.located == was.located:  # a change of a duplicate this watch does not show
                 return None
             return WatchEvent(MODIFIED, now.object)
         if now is not None:
             return WatchEvent(ADDED, now.object)
-        if was is not None:  # stopped matching: the new state of what it showed
-            return WatchEvent(DELETED, change.held.on(was.located.node).object)
+        if was is not None:  # stopped matching: the new state of what it showed, or
+            # its last state at this change's version when its holder is gone
+            holders = (change.held, *change.held.others)
+            still = next((h for h in holders if h.located.node == was.located.node), None)
+            shown = still.object if still is not None else at_version(was.object, change.version)
+            return WatchEvent(DELETED, shown)
         return None

@@ -260,3 +260,13 @@ def test_the_clients_carry_the_credentials_files(tmp_path: Path) -> None:
     with kit.agent(Host("A", "node-a", "http://127.0.0.1:1")) as agent:
         assert agent.address == "http://127.0.0.1:1"
     assert "node-a" in kit.describe()
+
+
+def test_a_ca_bundle_that_is_no_certificate_is_named_in_one_line(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        "agent_token: secrets/agent.token}",
+        "agent_token: secrets/agent.token,\n              ca_bundle: secrets/ca.pem}",
+    )
+    config = load(_config(tmp_path, text))
+    with pytest.raises(LaneError, match=r"^credentials.ca_bundle: .*ca.pem: "):
+        ExternalKit(config)

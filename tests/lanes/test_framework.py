@@ -235,3 +235,9 @@ def test_list_names_every_lane_with_its_kits(run: Cli) -> None:
     table = run("lanes", "list").out.splitlines()
     assert table[0].split() == ["LANE", "GROUP", "KITS", "PROVES"]
     assert len(table) == len(rows) + 1
+
+
+def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "taken.json").mkdir()  # a directory where the file should go
+    with pytest.raises(LaneError, match=r"^--report .*taken.json: Is a directory$"):
+        report.write(_result(), tmp_path / "taken.json")

@@ -20,6 +20,7 @@ from sandboxctl.core.netpolicy import policy
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.errors import BadRequest
+from sandboxctl.sandboxd.network.firewall import GUEST_MARK
 from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl.testing.nethost import NetHost, net_host
@@ -106,8 +107,9 @@ def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_
     network_agent: Callable[..., Agent],
 ) -> None:
     """What the envd proxy does for a guest port listening on the sandbox's address: a
-    connection from the host, bound to the sandbox's veth, is answered (the filter lets
-    the answers of host-opened connections in); another sandbox still cannot connect."""
+    connection from the host, bound to the sandbox's veth and carrying the guest mark, is
+    answered (the filter lets the answers of such connections in); one without the mark
+    (any unprivileged process on the host) is not; another sandbox cannot connect."""
     agent = network_agent()
     agent.start()
     server = agent.claim(ClaimRequest("base"))  # no internet: reaching it needs none
@@ -117,10 +119,15 @@ def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_
     while not reach(agent, server, "127.0.0.1").startswith("open"):  # until it listens
         assert time.monotonic() < deadline, "the server in the sandbox never listened"
         time.sleep(0.1)
+    with socket.socket() as unmarked:
+        unmarked.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode())
+        unmarked.settimeout(1)
+        assert unmarked.connect_ex((server.address, PORT)) != 0  # its answers are dropped
     with socket.socket() as host_side:
         host_side.setsockopt(
             socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode()
         )
+        host_side.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, GUEST_MARK)
         host_side.settimeout(5)
         host_side.connect((server.address, PORT))
         host_side.sendall(b"HEAD / HTTP/1.0\r\n\r\n")

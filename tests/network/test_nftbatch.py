@@ -26,7 +26,7 @@ RULES = [
 def table() -> Iterator[str]:
     """A scratch table with chains ``ours`` and ``nfts``, gone afterwards."""
     nft = Nft()
-    name = f"sandboxctl_test_batch_{os.getpid()}"
+    name = f"nftbatch_test_{os.getpid()}"
     ref = {"family": "inet", "name": name}
     nft.run([{"add": {"table": ref}}, {"delete": {"table": ref}}, {"add": {"table": ref}}])
     for chain in ("ours", "nfts"):

@@ -208,6 +208,29 @@ def test_a_duplicates_change_alone_is_no_event_for_a_watch_that_does_not_show_it
     assert _held_by(listed) == ("a", "sb_a")
 
 
+def test_a_pinned_watch_ignores_holders_it_does_not_show_and_deletes_what_it_showed(
+    clock: ManualClock,
+) -> None:
+    # a's Paused claim wins the name; the watch shows b's Running one; c holds a third
+    paused = entry("default/dup", "Hibernated", claim_id="sb_a")
+    store, source = _store(
+        clock,
+        node("a", paused),
+        node("b", entry("default/dup", claim_id="sb_b")),
+        node("c", entry("default/dup", "Hibernated", claim_id="sb_c")),
+    )
+    running = Query.parse("default", labels=RUNNING, fields="metadata.name=dup")
+    watch = store.watch(running)
+    assert [_held_by(e.object) for e in watch.open()] == [("b", "sb_b")]
+    source.apply(node("c", entry("default/dup", "Hibernated", claim_id="sb_c2")))
+    source.apply(node("a", entry("default/dup", "Hibernated", claim_id="sb_a2")))
+    assert watch.poll() == []  # neither holder it shows changed
+    source.remove("b")  # the holder it showed is gone: its last state, at this version
+    (event,) = watch.poll()
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b"))
+    assert _rv(event.object) == watch.version
+
+
 def test_a_stale_nodes_sandboxes_leave_lists_gets_and_watches(clock: ManualClock) -> None:
     store, source = _store(clock, node("a", entry("default/x")), node("b", entry("default/y")))
     watch = store.watch(Query.parse(None))

@@ -37,6 +37,10 @@ from sandboxctl.sandboxd.network.nftbatch import ChainWriter, Rule
 
 FAMILY = "inet"
 TABLE_PREFIX = "sandboxctl_"
+# The socket mark of a host connection that may reach a sandbox (the envd proxy's guest
+# ports): setting it needs CAP_NET_ADMIN, so no unprivileged process on the host can
+# open a connection a sandbox's answers come back on.
+GUEST_MARK = 0x53420001
 Command = dict[str, Any]
 
 
@@ -178,6 +182,7 @@ class Firewall:
         commands += [
             {"add": {"chain": self._base("forward", "filter", "forward", 0)}},
             {"add": {"chain": self._base("input", "filter", "input", 0)}},
+            {"add": {"chain": self._base("output", "filter", "output", 0)}},
             {"add": {"chain": self._base("postrouting", "nat", "postrouting", 100)}},
             self._rule(
                 "forward", [_in_set("iifname", "@ifaces"), {"jump": {"target": "from_sandbox"}}]
@@ -225,14 +230,26 @@ class Firewall:
             ),
             self._rule("to_sandbox", [{"drop": None}]),
             self._rule("input", [_in_set("iifname", "@ifaces"), {"jump": {"target": "to_host"}}]),
-            # Answers on connections the host opened (the proxy to a guest port), from the
-            # sandbox's own address: never a connection the sandbox opens (its first
-            # packet is dropped below, so conntrack never confirms it).
+            # A connection the host opens to a sandbox with the guest mark: its conntrack
+            # entry keeps the mark, which lets the sandbox's answers in (below).
+            self._rule(
+                "output",
+                [
+                    _in_set("oifname", "@ifaces"),
+                    _match({"meta": {"key": "mark"}}, GUEST_MARK),
+                    {"mangle": {"key": {"ct": {"key": "mark"}}, "value": GUEST_MARK}},
+                ],
+            ),
+            # Answers on connections the host opened with the guest mark (the proxy to a
+            # guest port), from the sandbox's own address: never a connection the sandbox
+            # opens (its first packet is dropped below, so conntrack never confirms it),
+            # nor one an unprivileged host process opens (it cannot set the mark).
             self._rule(
                 "to_host",
                 [
                     _match({"concat": [{"meta": {"key": "iifname"}}, _field("saddr")]}, "@members"),
                     _match({"ct": {"key": "direction"}}, "reply"),
+                    _match({"ct": {"key": "mark"}}, GUEST_MARK),
                     {"accept": None},
                 ],
             ),

@@ -117,7 +117,8 @@ class SandboxNetwork:
             self._dns.start()
 
     def attach(self, sandbox: Attachment) -> None:
-        """Give a started sandbox its veth and address; no egress until ``apply``."""
+        """Give a started sandbox its veth and address, filtered by its policy (joining
+        the filter applies it: a warm sandbox's is the default, no egress)."""
         firewall = self._started()
         member = self._member(sandbox)
         self._healing(lambda: firewall.join(member))
@@ -129,8 +130,6 @@ class SandboxNetwork:
         except BaseException:
             self.detach(sandbox.sandbox_id, sandbox.address)
             raise
-        if sandbox.policy != NetworkPolicy():
-            self.apply(sandbox)
 
     def apply(self, sandbox: Attachment) -> None:
         member = self._member(sandbox)
