@@ -105,7 +105,10 @@ class Watch:
             return WatchEvent(DELETED, gone.object) if gone is not None else None
         now = self._visible(change.held)
         if now is not None and was is not None:
-            if now.located == was.located:  # a change of a duplicate this watch does not show
+            # The same object: a change of a holder this watch does not show. (The ledger
+            # serves a name's other holders at the version of its latest change, so a
+            # watch that shows one of them gets MODIFIED at that version, as a list would.)
+            if now.object is was.object:
                 return None
             return WatchEvent(MODIFIED, now.object)
         if now is not None:
