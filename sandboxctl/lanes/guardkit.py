@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from sandboxctl.guard.adopt import Adopted, adopt
 from sandboxctl.guard.pods import ANNOTATION, NODEPOOL_LABEL
 from sandboxctl.kube import KubeNotFound, Pods, api_client
 from sandboxctl.lanes.model import LaneError
-from sandboxctl.lanes.processes import Process, first_error
+from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl.lanes.workersignals import WorkerSignals
 
 #: Karpenter's NodePool and NodeClaim CRDs, cut down for the API double.
@@ -401,13 +400,6 @@ class LocalGuardKit:
         except ApiException as error:
             if error.status != 404:
                 raise
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def audit_document(completed: Completed) -> dict[str, Any] | None:

@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -37,9 +36,11 @@ import httpx
 import sandboxctl
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
+from sandboxctl.core.netpolicy import first_free
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
-from sandboxctl.lanes.processes import Process, first_error, start_all, stop_all
+from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
+from sandboxctl.sandboxd.network.sandboxes import host_routes
 
 WINDOWS = Windows(publish=3.0, stale_after=9.0)
 TEST_NET = ipaddress.IPv4Network("203.0.113.0/24")
@@ -387,7 +388,7 @@ class LocalKit:
         ]  # fmt: skip
         replicas = []
         for index in range(2):
-            kube, e2b = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+            kube, e2b = free_port("127.0.0.1"), free_port("127.0.0.1")
             part = Process(
                 f"apiserver-{index}",
                 [
@@ -412,7 +413,7 @@ class LocalKit:
                 Replica(f"replica-{index}", f"http://127.0.0.1:{kube}", f"http://127.0.0.1:{e2b}")
             )
         self.replicas = tuple(replicas)
-        port = _free_port("127.0.0.1")
+        port = free_port("127.0.0.1")
         self.proxy_url = f"http://127.0.0.1:{port}"
         self.proxy_part = Process(
             "proxy",
@@ -473,7 +474,7 @@ class LocalKit:
             "}\n"
         )
         _run(["ip", "netns", "exec", b.netns, "nft", "-f", "-"], rules)
-        self.double_port = _free_port(self.gateway)
+        self.double_port = free_port(self.gateway)
 
     def _network_down(self) -> None:
         if not self._network_up:
@@ -611,27 +612,11 @@ def _run(argv: list[str], stdin: str | None = None) -> str:
     return done.stdout
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _free_block(size: int = 16) -> ipaddress.IPv4Network:
-    """A /28 of 203.0.113.0/24 that no route of this machine overlaps (another kit's
-    bridge included), starting from an offset of our pid."""
-    routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]) or "[]")
-    taken = [
-        ipaddress.ip_network(route["dst"], strict=False)
-        for route in routes
-        if route.get("dst", "default") not in ("default", "")
-    ]
-    prefix = 32 - (size - 1).bit_length()
-    blocks = list(TEST_NET.subnets(new_prefix=prefix))
-    start = os.getpid() % len(blocks)
-    for offset in range(len(blocks)):
-        block = blocks[(start + offset) % len(blocks)]
-        if not any(block.overlaps(other) for other in taken):
-            return block
-    raise LaneError("no free /28 in 203.0.113.0/24 for the local kit's hosts")
+def _free_block() -> ipaddress.IPv4Network:
+    """A /28 of 203.0.113.0/24 that no route or address of this machine overlaps
+    (another kit's bridge included), starting from an offset of our pid."""
+    blocks = [str(block) for block in TEST_NET.subnets(new_prefix=28)]
+    found = first_free(blocks, host_routes(), start=os.getpid() % len(blocks))
+    if found is None:
+        raise LaneError("no free /28 in 203.0.113.0/24 for the local kit's hosts")
+    return found.network

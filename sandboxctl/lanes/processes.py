@@ -5,6 +5,7 @@ failure quotes."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -161,3 +162,11 @@ def first_error(actions: list[Callable[[], None]]) -> BaseException | None:
         except Exception as caught:
             error = error or caught
     return error
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the part that binds it may still race another)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -10,7 +10,6 @@ test sends goes anywhere but loopback and these namespaces.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from sandboxctl.core.netpolicy import first_free
+from sandboxctl.sandboxd.network.sandboxes import host_routes
 
 TEST_NET = ipaddress.IPv4Network("198.51.100.0/24")
 
@@ -103,24 +105,14 @@ class NetHost:
             raise AssertionError(f"test host server did not start: {error}")
 
 
-def _free_block(size: int = 8) -> ipaddress.IPv4Network:
-    routes = json.loads(subprocess.run(
-        ["ip", "-j", "-4", "route", "show", "table", "all"], capture_output=True, text=True,
-        check=True,
-    ).stdout or "[]")  # fmt: skip
-    taken = [
-        ipaddress.ip_network(r["dst"], strict=False)
-        for r in routes
-        if r.get("dst", "default") not in ("default", "")
-    ]
-    prefix = 32 - (size - 1).bit_length()
-    blocks: list[ipaddress.IPv4Network] = list(TEST_NET.subnets(new_prefix=prefix))
-    start = os.getpid() % len(blocks)
-    for offset in range(len(blocks)):
-        block = blocks[(start + offset) % len(blocks)]
-        if not any(block.overlaps(other) for other in taken):
-            return block
-    raise AssertionError("no free block in 198.51.100.0/24 for a test host")
+def _free_block() -> ipaddress.IPv4Network:
+    """A /29 of 198.51.100.0/24 that no route or address of this machine overlaps,
+    starting from an offset of our pid."""
+    blocks = [str(block) for block in TEST_NET.subnets(new_prefix=29)]
+    found = first_free(blocks, host_routes(), start=os.getpid() % len(blocks))
+    if found is None:
+        raise AssertionError("no free block in 198.51.100.0/24 for a test host")
+    return found.network
 
 
 @contextmanager
