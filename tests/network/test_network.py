@@ -182,6 +182,15 @@ def test_dns_is_forwarded_for_sandboxes_with_internet_only(
     assert inside(agent, offline, "python3", "-c", lookup).startswith("failed")
 
 
+def settle(agent: Agent) -> None:
+    """Wait until the running agent's warm pools are full and no refill is under way (a
+    refill mid-start has its chain before its veth)."""
+    deadline = time.monotonic() + 30
+    while any(p.warm < p.target or p.refilling for p in agent.info().pools):
+        assert time.monotonic() < deadline, f"the warm pool never settled: {agent.info().pools}"
+        time.sleep(0.05)
+
+
 def leftovers(agent: Agent) -> dict[str, int]:
     assert agent.network is not None
     return count_leftovers(agent.network.key, str(agent.network.subnet), agent.settings.uid_base)
@@ -195,6 +204,7 @@ def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_
     kept = agent.claim(ClaimRequest("base", network=policy(True)))
     released = agent.claim(ClaimRequest("base", network=policy(True)))
     agent.release(released.id)
+    settle(agent)
     before = leftovers(agent)
     # Each live sandbox (the kept one, warm ones the refill started) has a chain and a
     # veth; the released one has neither.
@@ -208,6 +218,7 @@ def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_
     again.start()  # adopts: re-attaches each network, rebuilds the table from them
     kept = again.get(kept.id)
     assert reach(again, kept, testhost.addresses[0]).startswith("open")
+    settle(again)
     assert leftovers(again)["chains"] >= 1
 
     again.stop(destroy=True)
