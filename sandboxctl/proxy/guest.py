@@ -50,32 +50,43 @@ class DirectGuests:
         self, claim_id: str, address: str, port: int
     ) -> tuple[str, Connection] | None:
         """A connection to the guest port and its pool key, or None: go through the agent."""
-        if not address:
+        if self._passed(claim_id, address, port):
             return None
-        remembered = (claim_id, port)
-        until = self._unreachable.get(remembered)
-        if until is not None:
-            if until > self._clock():
-                return None
-            del self._unreachable[remembered]
         key = self.key(claim_id, address, port)
         try:
             return key, await self.pool.connect(key)
         except UpstreamError:
-            if len(self._unreachable) >= REMEMBERED_MAX:
-                self._unreachable.clear()
-            self._unreachable[remembered] = self._clock() + REMEMBER_SECONDS
+            self._refused(claim_id, port)
             return None
 
     async def open_socket(self, claim_id: str, address: str, port: int) -> socket.socket | None:
         """A new connected socket to the guest port (for a WebSocket), or None."""
-        if not address:
+        if self._passed(claim_id, address, port):
             return None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 return await _connect_bound(self.key(claim_id, address, port))
         except (OSError, TimeoutError):
+            self._refused(claim_id, port)
             return None
+
+    def _passed(self, claim_id: str, address: str, port: int) -> bool:
+        """True when this port is not to be tried directly: no address, or it refused
+        within ``REMEMBER_SECONDS``."""
+        if not address:
+            return True
+        until = self._unreachable.get((claim_id, port))
+        if until is None:
+            return False
+        if until > self._clock():
+            return True
+        del self._unreachable[(claim_id, port)]
+        return False
+
+    def _refused(self, claim_id: str, port: int) -> None:
+        if len(self._unreachable) >= REMEMBERED_MAX:
+            self._unreachable.clear()
+        self._unreachable[(claim_id, port)] = self._clock() + REMEMBER_SECONDS
 
     def close(self) -> None:
         self.pool.close()

@@ -4,7 +4,11 @@ connect (no such veth here: another host's sandbox, or a released one), and reme
 from __future__ import annotations
 
 import asyncio
+import socket
 
+import pytest
+
+from sandboxctl.proxy import guest
 from sandboxctl.proxy.guest import REMEMBER_SECONDS, DirectGuests
 
 
@@ -39,6 +43,30 @@ def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
         # A sandbox without an address (an agent without networks): never tried.
         assert await guests.connect("sb_0000deadbeef", "", 8000) is None
         assert await guests.open_socket("sb_0000deadbeef", "", 8000) is None
+        assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 2
+
+    asyncio.run(run())
+
+
+def test_a_websocket_refused_is_remembered_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    guests = DirectGuests(clock)
+    attempts: list[str] = []
+
+    async def refused(key: str) -> socket.socket:
+        attempts.append(key)
+        raise ConnectionRefusedError("a server on the sandbox's loopback only")
+
+    monkeypatch.setattr(guest, "_connect_bound", refused)
+
+    async def run() -> None:
+        assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 1  # the second went to the agent without trying
+        assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
+        assert len(attempts) == 1  # one refusal, whichever path asks
+        clock.now += REMEMBER_SECONDS + 0.1
         assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert len(attempts) == 2
 
