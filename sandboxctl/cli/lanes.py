@@ -1,9 +1,9 @@
 """``sandboxctl lanes list|run``: the fault lanes of fleet.md section 11, run on a kit,
 PASS or FAIL with the figure each measured. See docs/lanes.md.
 
-``run`` exits 0 when every selected lane passes, 1 when one fails (a local kit that did not
-come up, or a kit that did not go down, counts), 2 on bad input (a selector, a flag, a
-kit's file), 130 when interrupted."""
+``run`` exits 0 when every selected lane passes, 1 when one fails (a kit that did not come
+up or go down counts), 2 on bad input (a selector, a flag, a kit's file), 130 when
+interrupted."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import typer
 from sandboxctl.cli.options import LanesOutput, TableOrJson
 from sandboxctl.cli.render import console
 from sandboxctl.lanes import catalog, kits, report
-from sandboxctl.lanes.model import KITS, LOCAL, LaneError
+from sandboxctl.lanes.model import KITS, LOCAL, KitDown, LaneError
 from sandboxctl.lanes.progress import ConsoleProgress
 from sandboxctl.lanes.runner import Run, run_plan
 
@@ -97,8 +97,8 @@ def run_lanes(
         with kits.open_kit(kit, config, lanes, progress, keep) as built:
             result = run_plan(plan, built, progress)
     except LaneError as error:
-        if result is None and kit != LOCAL:  # the external kit's file: the caller's input
-            raise
+        if result is None and kit != LOCAL and not isinstance(error, KitDown):
+            raise  # the external kit's file: the caller's input
         # The local kit did not come up, or a kit did not go down: the report still counts.
         typer.echo(f"sandboxctl: error: {' '.join(str(error).split())}", err=True)
         if result is None:

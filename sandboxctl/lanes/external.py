@@ -25,7 +25,7 @@ from sandboxctl.agentapi import AgentClient
 from sandboxctl.core.durations import parse_duration
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.lanes.kit import Host, Replica
-from sandboxctl.lanes.model import EXTERNAL, Lane, LaneError, Progress, Windows
+from sandboxctl.lanes.model import EXTERNAL, KitDown, Lane, LaneError, Progress, Windows
 from sandboxctl.lanes.observe import healthy, try_inventory
 
 CLIENT_TIMEOUT = 15.0
@@ -466,7 +466,10 @@ def external_kit(
     kit = ExternalKit(loaded)
     progress.note(f"external kit {loaded.name}: windows publish {kit.windows.publish:g} s, "
                   f"stale after {kit.windows.stale_after:g} s")  # fmt: skip
-    kit.heal(progress)
+    try:
+        kit.heal(progress)
+    except LaneError as error:
+        raise KitDown(f"the fleet did not answer before the first lane: {error}") from error
     try:
         yield kit
     finally:

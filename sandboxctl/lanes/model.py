@@ -90,5 +90,9 @@ class LaneError(ConfigurationError):
     step a scenario cannot take (the runner fails the lane with this message)."""
 
 
+class KitDown(LaneError):
+    """The kit did not come up, or did not go down: a failed run (exit 1), not bad input."""
+
+
 class LaneTimeout(LaneError):
     """A wait reached its bound; the scenario's current lane fails with this message."""

@@ -270,3 +270,20 @@ def test_a_ca_bundle_that_is_no_certificate_is_named_in_one_line(tmp_path: Path)
     config = load(_config(tmp_path, text))
     with pytest.raises(LaneError, match=r"^credentials.ca_bundle: .*ca.pem: "):
         ExternalKit(config)
+
+
+def test_a_fleet_that_does_not_answer_the_first_heal_is_a_failed_run_exit_1(
+    tmp_path: Path,
+) -> None:
+    text = MINIMAL.replace("{publish: 3s, stale_after: 9s}", "{publish: 1s, stale_after: 2s}")
+    path = _config(tmp_path, text)
+    sbl09 = [lane for lane in catalog.lanes() if lane.id == "SBL-09"]
+    assert not lacking(load(path), sbl09)  # nothing of the file is missing: this is no input error
+    done = subprocess.run(
+        [sys.executable, "-m", "sandboxctl", "lanes", "run", "SBL-09", "--kit", "external",
+         "--config", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("sandboxctl: error: the fleet did not answer before the first lane:")
