@@ -41,6 +41,7 @@ from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
 from sandboxctl.sandboxd.network.sandboxes import host_routes
+from sandboxctl.sandboxd.procfs import pids_of_uids
 
 WINDOWS = Windows(publish=3.0, stale_after=9.0)
 TEST_NET = ipaddress.IPv4Network("203.0.113.0/24")
@@ -295,6 +296,7 @@ class LocalKit:
         actions: list[Callable[[], None]] = [partial(stop_all, parts)]
         if self.double is not None:  # last: the agents' and publishers' last words go to it
             actions.append(self.double.stop)
+        actions.append(self._kill_sandboxes)  # what an agent that never came back left
         actions.append(self._network_down)
         error = first_error(actions)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -475,6 +477,12 @@ class LocalKit:
         )
         _run(["ip", "netns", "exec", b.netns, "nft", "-f", "-"], rules)
         self.double_port = free_port(self.gateway)
+
+    def _kill_sandboxes(self) -> None:
+        uids = range(self.uid_base, self.uid_base + UID_SPAN * len(self.hosts))
+        for pid in pids_of_uids(uids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _network_down(self) -> None:
         if not self._network_up:

@@ -106,21 +106,28 @@ def pids_in_pid_namespace(inode: int) -> list[int]:
 
 def pids_of_uid(uid: int) -> list[int]:
     """Host pids of every live process with ``uid`` as its real or effective uid."""
-    found = []
+    return list(pids_of_uids(range(uid, uid + 1)))
+
+
+def pids_of_uids(uids: range) -> dict[int, int]:
+    """pid -> uid of every live process whose real or effective uid is in ``uids`` (one
+    pass over /proc, however many uids)."""
+    found = {}
     for pid in all_pids():
         try:
             status = (PROC / str(pid) / "status").read_text()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        uids: list[str] = []
+        ids: list[int] = []
         state = ""
         for line in status.splitlines():
             if line.startswith("Uid:"):
-                uids = line.split()[1:3]
+                ids = [int(x) for x in line.split()[1:3]]
             elif line.startswith("State:"):
                 state = line.split()[1]
-        if str(uid) in uids and state not in ("Z", "X"):
-            found.append(pid)
+        inside = [uid for uid in ids if uid in uids]
+        if inside and state not in ("Z", "X"):
+            found[pid] = inside[0]
     return found
 
 

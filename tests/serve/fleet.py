@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.templates.store import STORE_ENV
 from tests.sandboxd.servers import free_port, wait_until
 from tests.templates.cache import seed
@@ -149,17 +150,5 @@ def stop_fleets(fleets: list[Fleet]) -> None:
 
 
 def sandbox_uids(uid_base: int) -> dict[int, int]:
-    """pid -> real uid of every live process (zombies are not) in the sandbox uid block."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:  # it ended meanwhile
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        uid = int(fields["Uid"].split()[0])
-        if uid_base <= uid < uid_base + UID_SPAN and not fields["State"].strip().startswith("Z"):
-            found[int(entry.name)] = uid
-    return found
+    """pid -> uid of every live process (zombies are not) in the sandbox uid block."""
+    return pids_of_uids(range(uid_base, uid_base + UID_SPAN))
