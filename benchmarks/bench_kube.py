@@ -3,8 +3,9 @@
 - ``event -> snapshot``: one informer event for a node of 2000 entries (a typical
   republish: a tenth of the entries changed, a tenth renamed) in a 200x2000 fleet, timed
   in-process from the watch body's bytes (in 64 KiB segments, through the informer's own
-  line splitting and parsing, ``kube.resources.watch_lines`` and ``watch_event``) until
-  the kube source's snapshot holds the node's new inventory; beside it,
+  line splitting and the source's own decoding, ``kube.resources.watch_lines`` and
+  ``inventory.kube.inventory_event``) until the kube source's snapshot holds the node's
+  new inventory; beside it,
   ``FleetSnapshot.replace`` alone on the parsed inventory (``ratio`` = event / replace:
   what reading the object costs), and the same event end to end (apply through the
   double until the snapshot shows the stamp);
@@ -50,7 +51,7 @@ from sandboxctl.core.freshness import FreshnessRule, ReferenceMode
 from sandboxctl.core.model import NodeInventory
 from sandboxctl.inventory.kube import KubeInventorySource
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
-from sandboxctl.kube.resources import watch_event, watch_lines
+from sandboxctl.kube.resources import watch_lines
 from sandboxctl.publisher import Outcome, Publisher, published_object
 from sandboxctl.store import SandboxStore
 from sandboxctl.testing.kubeapi import start
@@ -94,11 +95,12 @@ def _event_to_snapshot() -> Iterator[Row]:
         body += b"\n"
         bodies.append([body[i : i + SEGMENT] for i in range(0, len(body), SEGMENT)])
     turn = [0]
+    decode = source.informer.objects.decode_event  # as the source's watch reads its lines
 
     def event() -> None:
         turn[0] ^= 1
         for line in watch_lines(bodies[turn[0]]):
-            parsed = watch_event(line)
+            parsed = decode(line)
             source.on_event(parsed["type"], parsed["object"])
 
     for _ in versions:  # each event leaves the node's new inventory in the snapshot

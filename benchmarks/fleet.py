@@ -15,6 +15,8 @@ import json
 import random
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 
 FLEET_NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -137,7 +139,7 @@ def republish(
         elif change_every and i % change_every == 0:
             assert entry.deadline is not None
             entries.append(
-                dataclasses.replace(
+                msgspec.structs.replace(
                     entry,
                     phase="Paused" if entry.phase == "Running" else "Running",
                     deadline=entry.deadline + timedelta(minutes=5),

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import msgspec
 
 from sandboxctl.core.errors import InvalidValueError, InventoryFormatError
 from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339, parse_stamp
@@ -23,6 +25,9 @@ DEFAULT_SIZE = "small"
 # What a claim's net may be: every agent serves these and nothing else.
 NETS = ("none", "egress")
 DEFAULT_NAMESPACE = "default"
+
+_Time = Annotated[datetime, msgspec.Meta(tz=True)]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -55,21 +60,27 @@ class Pool:
     target: int
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One live claim on a node. ``name`` is ``<namespace>/<name>``; no slash means ``default``."""
+class Entry(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
+    """One live claim on a node. ``name`` is ``<namespace>/<name>``; no slash means ``default``.
 
-    name: str
-    phase: str
+    A struct, not a dataclass, because a republish is mostly entries the reader already
+    holds: the wire shape decodes straight into it (times included, in C), equal entries
+    compare in C, and the collector never tracks it (it holds no containers), which keeps
+    its passes off a fleet of 400,000 entries. The annotations are the wire's rules (a
+    decode is then put :func:`in_utc`); what breaks one is for
+    :func:`inventory_from_object` to read, or to refuse naming the field."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    phase: Annotated[str, msgspec.Meta(min_length=1)]
     id: str = ""
     template: str = ""
     claim_ref: str = ""
     addr: str = ""
-    deadline: datetime | None = None
-    claimed_at: datetime | None = None
+    deadline: _Time | None = None
+    claimed_at: _Time | None = None
     metadata: str = ""
-    cpu_count: int | None = None
-    memory_bytes: int | None = None
+    cpu_count: _Count | None = None
+    memory_bytes: _Count | None = None
 
     @property
     def namespaced_name(self) -> tuple[str, str]:
@@ -160,6 +171,21 @@ def _entry(obj: object, path: str) -> Entry:
         metadata=_optional_str(metadata, f"{path}.metadata"),
         cpu_count=_optional_int(body.get("cpuCount"), f"{path}.cpuCount"),
         memory_bytes=_optional_int(body.get("memoryBytes"), f"{path}.memoryBytes"),
+    )
+
+
+def in_utc(entry: Entry) -> Entry:
+    """The entry with its times in UTC, as :func:`parse_rfc3339` gives them (the wire may
+    carry any offset)."""
+    deadline, claimed_at = entry.deadline, entry.claimed_at
+    if (deadline is None or deadline.tzinfo is UTC) and (
+        claimed_at is None or claimed_at.tzinfo is UTC
+    ):
+        return entry
+    return msgspec.structs.replace(
+        entry,
+        deadline=deadline and deadline.astimezone(UTC),
+        claimed_at=claimed_at and claimed_at.astimezone(UTC),
     )
 
 

@@ -455,7 +455,12 @@ class FleetSnapshot:
 def collector_paused() -> Iterator[None]:
     """Every object a build allocates survives it, so the cyclic collector's passes over
     them are pure cost: with it running, a 200x2000 build takes about five times longer.
-    (Also used by the store's ledger for its first build.)"""
+    (Also used by the store's ledger for its first build, and by the kube source around
+    each event: a pass in the middle of one walks containers of thousands of entries
+    spread over the fleet's memory, half an event's time, and finds no cycle to free.)
+
+    The switch is the process's; pausing from several threads at once is safe, since
+    only a caller that found the collector on turns it back on."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

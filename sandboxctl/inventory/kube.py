@@ -1,8 +1,9 @@
 """The kube source: the fleet read from NodeInventory objects through one informer.
 
 Each informer event replaces (ADDED, MODIFIED) or removes (DELETED) one node in the
-snapshot, so an event costs that node's entries, never the fleet's; ``snapshot()`` only
-reads an attribute. The stamps are the publishers' ``publishedAt``, read as published.
+snapshot, so an event costs that node's entries, never the fleet's, and of those only
+what changed (see :meth:`KubeInventorySource._read`); ``snapshot()`` only reads an
+attribute. The stamps are the publishers' ``publishedAt``, read as published.
 
 Failure policy, as in mesh mode:
 
@@ -27,22 +28,21 @@ import logging
 import operator
 import threading
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeGuard
 
+import msgspec
 from kubernetes import client
 
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import InventoryFormatError, SandboxctlError
-from sandboxctl.core.model import Entry, NodeInventory, inventory_from_object
-from sandboxctl.core.snapshot import FleetSnapshot
+from sandboxctl.core.model import Entry, NodeInventory, in_utc, inventory_from_object
+from sandboxctl.core.snapshot import FleetSnapshot, collector_paused
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
-from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED
+from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED, metadata_only
+from sandboxctl.kube.resources import watch_event
 
 log = logging.getLogger(__name__)
-
-
-_name_of = operator.methodcaller("get", "name")
 
 
 SYNC_TIMEOUT = timedelta(minutes=2)
@@ -71,14 +71,15 @@ class KubeInventorySource:
         self._sync_timeout = sync_timeout
         self._unreadable: set[str] = set()
         # node -> its last entries' JSON and the entries read from it, for the next event
-        self._entries: dict[str, tuple[list[Any], tuple[Entry, ...]]] = {}
+        self._raws: dict[str, tuple[list[msgspec.Raw], tuple[Entry, ...]]] = {}
         self.events = 0
         self.informer = Informer(
-            CustomObjects(api, NODE_INVENTORIES),
+            CustomObjects(api, NODE_INVENTORIES, decode_event=inventory_event),
             self.on_event,
             watch_seconds=watch_seconds,
             backoff_max=backoff_max,
             name="nodeinventories",
+            keep=metadata_only,  # the snapshot holds each node's inventory
         )
 
     # --- the InventorySource protocol ---------------------------------------------------
@@ -116,7 +117,7 @@ class KubeInventorySource:
         """One informer event: one node replaced or removed."""
         name = str((obj.get("metadata") or {}).get("name") or "")
         if kind == DELETED:
-            self._entries.pop(name, None)
+            self._raws.pop(name, None)
             with self._lock:
                 self._snapshot = self._snapshot.remove(name, self._clock.monotonic())
                 self.events += 1
@@ -124,7 +125,8 @@ class KubeInventorySource:
         if kind not in (ADDED, MODIFIED):
             return
         try:
-            inventory = self._read(name, obj)
+            with collector_paused():
+                inventory = self._read(name, obj)
         except InventoryFormatError as error:
             if name not in self._unreadable:
                 log.warning(
@@ -136,55 +138,109 @@ class KubeInventorySource:
                 self._unreadable.add(name)
             return
         self._unreadable.discard(name)
-        with self._lock:
+        with self._lock, collector_paused():
             self._snapshot = self._snapshot.replace(inventory, self._clock.monotonic())
             self.events += 1
 
     def _read(self, name: str, obj: dict[str, Any]) -> NodeInventory:
-        """The object as an inventory. A republish mostly repeats its entries, so an entry
-        whose JSON equals one of the node's last ones is reused rather than read again
-        (reading is the bulk of an event's cost: two timestamps to parse per entry)."""
+        """The object as an inventory. A republish mostly repeats its entries: an entry
+        whose JSON is the same bytes as the node's last one at its place is that entry,
+        and only the others are decoded (then matched by name: an equal one is reused
+        too), so the event and the snapshot's replace cost what changed."""
         raws = obj.get("entries")
-        previous = self._entries.get(name)
-        if not isinstance(raws, list) or previous is None:
-            inventory = inventory_from_object(obj)
-        else:
-            inventory = _reusing(obj, raws, *previous)
-        if isinstance(raws, list):
-            self._entries[name] = (raws, inventory.entries)
-        else:
-            self._entries.pop(name, None)
-        return inventory
+        if not _raw(raws):  # a list's object, plain JSON
+            self._raws.pop(name, None)
+            return inventory_from_object(obj)
+        record = self._snapshot.record(name)
+        last = record.inventory.entries if record is not None else ()
+        kept = self._raws.get(name)
+        last_raws = kept[0] if kept is not None and kept[1] is last else []
+        inventory = inventory_from_object({**obj, "entries": []})
+        entries = _entries(obj, raws, last_raws, last)
+        self._raws[name] = (raws, entries)
+        return dataclasses.replace(inventory, entries=entries)
 
 
-def _reusing(
-    obj: dict[str, Any], raws: list[Any], last_raws: list[Any], last: tuple[Entry, ...]
-) -> NodeInventory:
-    """Read ``obj``, taking each entry whose JSON equals one in ``last_raws`` from ``last``.
+def _raw(entries: object) -> TypeGuard[list[msgspec.Raw]]:
+    """Entries as :func:`inventory_event` leaves them (all are, or none)."""
+    return isinstance(entries, list) and bool(entries) and isinstance(entries[0], msgspec.Raw)
 
-    An entry is matched at its position first (compared in C, all at once), then by name.
-    Equal JSON reads to an equal entry, so reuse is right whatever is matched with what,
-    names held twice included."""
-    count = len(raws)
-    entries: list[Entry | None] = [*last[:count], *itertools.repeat(None, count - len(last))]
-    same = map(operator.not_, map(operator.eq, raws, last_raws))
-    misses = itertools.chain(itertools.compress(range(count), same), range(len(last), count))
-    by_name: dict[Any, int] | None = None
-    fresh: list[int] = []
-    for i in misses:
-        raw = raws[i]
-        if by_name is None:
-            by_name = dict(zip(map(_name_of, last_raws), range(len(last_raws)), strict=True))
-        held = raw.get("name") if isinstance(raw, dict) else None
-        at = by_name.get(held) if isinstance(held, str) else None
-        if at is not None and last_raws[at] == raw:
-            entries[i] = last[at]
-        else:
-            fresh.append(i)
+
+def _entries(
+    obj: dict[str, Any],
+    raws: list[msgspec.Raw],
+    last_raws: list[msgspec.Raw],
+    last: tuple[Entry, ...],
+) -> tuple[Entry, ...]:
+    """The entries of ``raws``: ``last[i]`` where ``raws[i]`` is ``last_raws[i]``'s bytes
+    (compared in C, all at once); the others decoded in one call."""
+    count, common = len(raws), min(len(raws), len(last_raws))
+    entries: list[Entry] = [*last[:common], *itertools.repeat(_NO_ENTRY, count - common)]
+    misses = [
+        *itertools.compress(range(common), map(operator.ne, raws, last_raws)),
+        *range(common, count),
+    ]
+    if not misses:
+        return tuple(entries)
     try:
-        read = inventory_from_object({**obj, "entries": [raws[i] for i in fresh]})
-    except InventoryFormatError:
-        return inventory_from_object(obj)  # raises again, naming the entry by its own index
-    for i, entry in zip(fresh, read.entries, strict=True):
-        entries[i] = entry
-    return dataclasses.replace(read, entries=cast(tuple[Entry, ...], tuple(entries)))  # all set
+        decoded = _decode_entries(b"[%b]" % b",".join([raws[i] for i in misses]))
+    except msgspec.ValidationError:
+        # Read whole as plain JSON: a form the wire's rules refuse but the reader
+        # tolerates (a metadata object, a null string), or the error naming the entry.
+        return inventory_from_object({**obj, "entries": list(map(_decode_json, raws))}).entries
+    by_name: dict[str, Entry] = {e.name: e for e in reversed(last)}  # held twice: the first
+    for i, entry in zip(misses, decoded, strict=True):
+        same = by_name.get(entry.name)
+        entries[i] = same if same is not None and same == entry else in_utc(entry)
+    return tuple(entries)
+
+
+_NO_ENTRY = Entry("-", "-")  # a placeholder every miss overwrites
+_decode_entries = msgspec.json.Decoder(list[Entry]).decode
+_decode_json = msgspec.json.Decoder().decode
+
+
+# --- the watch's events, entries left as their JSON ---------------------------------------
+
+
+class _Inventory(msgspec.Struct, rename="camel"):
+    """What the source reads of a NodeInventory object, each entry left as its JSON."""
+
+    api_version: Any = msgspec.UNSET
+    kind: Any = msgspec.UNSET
+    metadata: Any = msgspec.UNSET
+    node: Any = msgspec.UNSET
+    address: Any = msgspec.UNSET
+    pools: Any = msgspec.UNSET
+    templates: Any = msgspec.UNSET
+    entries: list[msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    published_at: Any = msgspec.UNSET
+    capacity: Any = msgspec.UNSET
+
+
+class _Event(msgspec.Struct):
+    type: str
+    object: _Inventory
+
+
+_FIELDS = [(f.name, f.encode_name) for f in msgspec.structs.fields(_Inventory)]
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
+def inventory_event(line: bytes) -> dict[str, Any]:
+    """One watch event on ``nodeinventories``, each entry left as its JSON (a
+    ``msgspec.Raw``: a slice of the line's bytes, for :meth:`KubeInventorySource._read`
+    to compare with the last). An event of another shape (an ERROR's status, entries
+    that are not a list) is read as :func:`watch_event` reads it. The informer caches
+    only each object's metadata."""
+    try:
+        event = _decode_event(line)
+    except msgspec.DecodeError:
+        return watch_event(line)
+    if event.type == "ERROR":
+        return watch_event(line)
+    obj = event.object
+    fields = {
+        key: value for name, key in _FIELDS if (value := getattr(obj, name)) is not msgspec.UNSET
+    }
+    return {"type": event.type, "object": fields}

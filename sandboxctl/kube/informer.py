@@ -15,8 +15,11 @@ The loop, as client-go's reflector runs it:
    try again from the cursor (a 410 there leads to 4).
 
 ``resync`` re-delivers every cached object to the handlers as ``SYNC`` every period,
-from the cache (no API call), for handlers that reconcile on a timer. Handlers run one at
-a time on the informer's threads; one that raises is logged and does not stop it.
+from the cache (no API call), for handlers that reconcile on a timer. ``keep`` is what
+the cache (and so a resync) holds of each object, all of it unless told, as client-go's
+transform: a handler that keeps its own form of the objects caches only their metadata.
+Handlers run one at a time on the informer's threads; one that raises is logged and does
+not stop it.
 
 (``kubernetes.informer.SharedInformer`` in client v37 asks for no bookmarks, retries on
 a fixed 5 s and relists on resync, so it is not used.)
@@ -80,6 +83,7 @@ class Informer:
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
         name: str = "",
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.objects = objects
         self.name = name or objects.resource.plural
@@ -90,6 +94,7 @@ class Informer:
         self._watch_seconds = watch_seconds
         self._resync = resync
         self._backoff = (backoff_initial, backoff_max)
+        self._keep = keep
         self._cache: dict[Key, dict[str, Any]] = {}
         self._cache_lock = threading.Lock()
         self._deliver_lock = threading.Lock()  # handlers run one at a time
@@ -189,8 +194,9 @@ class Informer:
         listed = self.objects.list(self._namespace, self._labels, self._fields)
         self.stats.lists += 1
         fresh = {key_of(obj): obj for obj in listed.items}
+        kept = fresh if self._keep is None else {k: self._keep(o) for k, o in fresh.items()}
         with self._cache_lock:
-            old, self._cache = self._cache, fresh
+            old, self._cache = self._cache, kept
         changes: list[tuple[str, dict[str, Any]]] = [
             (DELETED, obj) for key, obj in old.items() if key not in fresh
         ]
@@ -243,7 +249,7 @@ class Informer:
             if kind == DELETED:
                 self._cache.pop(key, None)
             else:
-                self._cache[key] = obj
+                self._cache[key] = obj if self._keep is None else self._keep(obj)
         if version:
             self._cursor = version
         self._deliver(kind, obj)
@@ -277,6 +283,11 @@ class Informer:
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
         log.log(level, "informer %s: %s; retrying in %.1fs", self.name, error, wait)
+
+
+def metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """A ``keep`` for handlers that hold their own form of each object."""
+    return {"metadata": obj.get("metadata") or {}}
 
 
 def _version(obj: dict[str, Any]) -> str:

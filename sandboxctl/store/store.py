@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from sandboxctl.agentapi import (
     AgentApiError,
     AgentClient,
@@ -636,7 +638,8 @@ class SandboxStore:
 
     def _rewrote(self, located: Located, **changes: Any) -> None:
         current = self._held_claim(self._current(), located.entry.id) or located
-        self._wrote(located.node, located.entry.id, dataclasses.replace(current.entry, **changes))
+        changed = msgspec.structs.replace(current.entry, **changes)
+        self._wrote(located.node, located.entry.id, changed)
 
     def _routing(self) -> NodeAccess:
         if self._nodes is None:

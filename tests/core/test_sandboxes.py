@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,7 +51,7 @@ def full_entry(**changes: Any) -> Entry:
         cpu_count=2,
         memory_bytes=1073741824,
     )
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 def served(entry: Entry, node: str = "node-a") -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
+from sandboxctl.kube.informer import metadata_only
 from tests.kubeapi.double import DoubleProcess, Kube, api_for
 from tests.sandboxd.servers import wait_until
 
@@ -123,6 +124,30 @@ def test_410_relists_and_diffs(
     assert informer.stats.expired == 1
     assert informer.stats.failures >= 1  # the 503s were backed off
     assert [i["metadata"]["name"] for i in informer.items()] == ["n1"]
+
+
+def test_keep_caches_only_what_it_returns_and_the_handler_gets_the_whole(kube: Kube) -> None:
+    objects = client.CustomObjectsApi(kube.api)
+    objects.create_cluster_custom_object(*NI, inventory("n1"))
+    seen: list[dict[str, Any]] = []
+    informer = Informer(
+        CustomObjects(kube.api, NODE_INVENTORIES),
+        lambda kind, obj: seen.append(obj),
+        keep=metadata_only,
+        watch_seconds=5,
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        objects.patch_cluster_custom_object(*NI, "n1", {"address": "b:2"})
+        wait_until(lambda: len(seen) == 2, what="the list's object and the change")
+        assert [obj["address"] for obj in seen] == ["a:1", "b:2"]
+        cached = informer.get("n1")
+        assert cached is not None
+        assert set(cached) == {"metadata"}
+        assert cached["metadata"]["resourceVersion"] == seen[1]["metadata"]["resourceVersion"]
+    finally:
+        informer.stop()
 
 
 def test_a_label_selector_sees_an_object_leave(kube: Kube) -> None:

@@ -1,5 +1,5 @@
 """A watch response's body read into events: lines split across any segments, each event
-parsed once, what orjson refuses read by json, and a cut last line left for the re-watch."""
+parsed once, what msgspec refuses read by json, and a cut last line left for the re-watch."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_a_last_line_without_its_newline_is_not_an_event() -> None:
     assert list(watch_lines([b'{"type": "ADDED"}\n{"type": "MOD'])) == [b'{"type": "ADDED"}']
 
 
-def test_what_orjson_refuses_is_read_by_json() -> None:
+def test_what_msgspec_refuses_is_read_by_json() -> None:
     big = 2**70
     assert watch_event(b'{"type": "ADDED", "object": {"n": %d}}' % big)["object"]["n"] == big
     replaced = watch_event(b'{"type": "ADDED", "object": {"s": "a\xffb"}}')
