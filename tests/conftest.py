@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
 
@@ -115,9 +119,22 @@ def process_slot() -> int:
 
 
 @pytest.fixture
-def uid_base() -> int:
+def uid_base() -> Iterator[int]:
     # Unique per test, per test session and per xdist worker: destroy also kills every
     # process of a sandbox's uid, so two test processes must never share a uid. A block
     # of 20 per test (a kube fleet's third node reaches +88), reused in turn within the
-    # process's 1000, as tests before have cleaned up theirs.
-    return 400_000 + process_slot() * 1000 + (20 * next(_uid_blocks)) % 900
+    # process's 1000, as tests before have cleaned up theirs: which the teardown checks.
+    base = 400_000 + process_slot() * 1000 + (20 * next(_uid_blocks)) % 900
+    yield base
+    uids = range(base, base + UID_REACH)
+    deadline = time.monotonic() + 10
+    while (left := pids_of_uids(uids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        pytest.fail(f"the test left sandbox processes behind (pid: uid): {left}")
+
+
+UID_REACH = 100  # the most uids above its base a test gives sandboxes

@@ -38,7 +38,7 @@ from sandboxctl.kube.errors import (
     KubeNotFound,
     KubeUnavailable,
 )
-from sandboxctl.lanes.model import LaneError, LaneTimeout
+from sandboxctl.lanes.model import KitDown, LaneError, LaneTimeout
 from sandboxctl.sandboxd import errors as agent
 from sandboxctl.sandboxd.api import status_of as agent_status
 from sandboxctl.sandboxd.network.nft import NftError
@@ -102,6 +102,7 @@ EXAMPLES: list[tuple[SandboxctlError, int | None, int]] = [
     (AuditReadError("may not list nodepools"), None, 503),
     (LaneError("no lane or group 'x'"), None, 503),  # sandboxctl lanes: CLI only
     (LaneTimeout("waited 9.0 s for B to leave"), None, 503),
+    (KitDown("the fleet did not answer before the first lane"), None, 503),
 ]
 ABSTRACT = {SandboxctlError, StoreError, agent.AgentRefusal}  # roots, never raised as such
 

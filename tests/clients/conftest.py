@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import process_slot
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.serve.fleet import Fleet, free_ports, start_fleet, stop_fleets
 
 ROOT = Path(__file__).resolve().parents[2]
-UID_BASE = 2_700_000 + (os.getpid() % 1000) * 20  # clear of the other fleets' blocks
+UID_BASE = 2_700_000 + process_slot() * 20  # clear of the other fleets' blocks
 
 
 def client_cache() -> Path:

@@ -4,7 +4,6 @@ app (two keys in two namespaces) beside the Kubernetes-style app."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import KUBE_TOKENS, kube_tls, serving
+from tests.conftest import process_slot
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.store.real_fleet import real_fleet
 
@@ -29,7 +29,7 @@ BASE = PoolKey("base")
 NODES = ("node-a", "node-b")
 WARM = 4
 # A uid block of its own per session (the shared uid_base fixture counts per test).
-UID_BASE = 350_000 + (os.getpid() % 1000) * 60
+UID_BASE = 2_300_000 + process_slot() * 60  # clear of the uid_base fixture's blocks
 
 
 @dataclass

@@ -16,11 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import process_slot
 from tests.serve.fleet import free_ports, start_fleet, stop_fleets
 
 CLI_VERSION = "2.19.0"
 CACHE = Path(os.environ.get("SANDBOXCTL_NPM_CACHE", "/var/cache/sandboxctl-tests/npm"))
-UID_BASE = 2_900_000 + (os.getpid() % 1000) * 20
+UID_BASE = 2_900_000 + process_slot() * 20
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ deny rules and their live update, and guest ports through the envd proxy
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -15,11 +14,12 @@ import pytest
 from websockets.exceptions import InvalidHandshake
 
 from sandboxctl.testing.nethost import NetHost, net_host
+from tests.conftest import process_slot
 from tests.proxy.sdk_stack import create_sandbox, sdk_stack, skip_reason
 
 KEY = "e2b_" + "d" * 40
 SECRET = b"envd-secret-for-network-sdk-tests"
-UID_BASE = 2_800_000 + (os.getpid() % 1000) * 20
+UID_BASE = 2_800_000 + process_slot() * 20
 PORT = 8080
 CONNECT = (
     "import socket, sys\n"

@@ -4,7 +4,6 @@ API and the envd proxy, all on loopback. Skipped when sandboxes cannot run."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -12,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import process_slot
 from tests.proxy.sdk_stack import sdk_stack, skip_reason
 
 KEY = "e2b_" + "d" * 40
 SECRET = b"envd-secret-for-proxy-concurrency-tests"
 # A uid block of its own, clear of test_sdk.py's (2_000_000 + ... * 20 < 2_020_000).
-UID_BASE = 2_100_000 + (os.getpid() % 1000) * 20
+UID_BASE = 2_100_000 + process_slot() * 20
 SANDBOXES = 4
 COMMANDS = 20
 

@@ -54,7 +54,7 @@ def test_a_corrupt_state_database_is_one_line_and_recover_starts_afresh(
     log = state_dir / "recover.log"
     with (
         log.open("wb") as output,
-        agent_process([*args, "--recover"], address, output=output),
+        agent_process([*args, "--recover", "--destroy-on-exit"], address, output=output),
     ):
         # Both sandboxes of the lost database are destroyed; the pool is refilled.
         mine = httpx.get(f"http://{address}/v1/sandboxes/{claimed['id']}")

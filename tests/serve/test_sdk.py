@@ -18,6 +18,7 @@ import pytest
 from e2b import CommandExitException, FileType, Sandbox, TimeoutException
 from e2b.exceptions import FileNotFoundException, InvalidArgumentException
 
+from tests.conftest import process_slot
 from tests.proxy.sdk_stack import create_sandbox
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 from tests.serve.fleet import free_ports, start_fleet, stop_fleets
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(
     sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
 )
 
-UID_BASE = 2_600_000 + (os.getpid() % 1000) * 20  # clear of the uid_base fixture's blocks
+UID_BASE = 2_600_000 + process_slot() * 20  # clear of the uid_base fixture's blocks
 
 T = TypeVar("T")
 

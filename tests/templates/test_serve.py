@@ -4,7 +4,6 @@ template is ``Sandbox.create("NAME")``'s, and the e2b API lists the builds."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +19,7 @@ from e2b import CommandExitException, Sandbox
 from sandboxctl.core.templates import build_id
 from sandboxctl.core.timestamps import format_rfc3339
 from sandboxctl.sandboxd.templates.store import TemplateStore
+from tests.conftest import process_slot
 from tests.proxy.sdk_stack import create_sandbox
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.serve.fleet import Fleet, free_ports, serve_command, start_fleet, stop_fleets
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
     sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable())
 )
 
-UID_BASE = 2_800_000 + (os.getpid() % 1000) * 20  # clear of the other fleets' blocks
+UID_BASE = 2_500_000 + process_slot() * 20  # clear of the other fleets' blocks
 HTTP = "python3 -m http.server --bind 127.0.0.1 8000"
 FETCH = (
     "python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:8000\").status)'"
