@@ -145,13 +145,17 @@ def test_the_selected_lanes_needs_are_checked_before_anything_runs(tmp_path: Pat
     )
 
 
+def _run_external(selector: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandboxctl", "lanes", "run", selector, "--kit", "external",
+         "--config", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
 def test_the_cli_refuses_such_a_file_in_one_line_with_exit_2(tmp_path: Path) -> None:
     path = _config(tmp_path, MINIMAL)
-    done = subprocess.run(
-        [sys.executable, "-m", "sandboxctl", "lanes", "run", "K1OUT", "--kit", "external",
-         "--config", str(path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = _run_external("K1OUT", path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -279,11 +283,7 @@ def test_a_fleet_that_does_not_answer_the_first_heal_is_a_failed_run_exit_1(
     path = _config(tmp_path, text)
     sbl09 = [lane for lane in catalog.lanes() if lane.id == "SBL-09"]
     assert not lacking(load(path), sbl09)  # nothing of the file is missing: this is no input error
-    done = subprocess.run(
-        [sys.executable, "-m", "sandboxctl", "lanes", "run", "SBL-09", "--kit", "external",
-         "--config", str(path)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = _run_external("SBL-09", path)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("sandboxctl: error: the fleet did not answer before the first lane:")
