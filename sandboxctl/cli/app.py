@@ -19,6 +19,7 @@ from sandboxctl import __version__
 from sandboxctl.core.errors import SandboxctlError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 # Every verb: its module under sandboxctl.cli and the command function or Typer app in it.
 # A verb's module is imported only when the verb runs (or help lists it): a service
@@ -98,8 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     except SandboxctlError as error:
         _fail(str(error))
     except (typer.Abort, KeyboardInterrupt):
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C inside a verb into this code
         typer.echo("sandboxctl: interrupted", err=True)
-        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 
