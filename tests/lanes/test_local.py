@@ -16,6 +16,7 @@ from sandboxctl.lanes.local import unavailable
 from sandboxctl.lanes.model import LOCAL
 
 RUN_TIMEOUT = 600  # seconds; the run itself takes under 5 minutes on this machine
+TEARDOWN_TIMEOUT = 180  # seconds for the kit to stop every part and remove its network
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -37,7 +38,11 @@ def test_every_local_lane_passes_and_the_kit_is_gone_after(tmp_path: Path) -> No
     finally:
         if run.poll() is None:
             run.terminate()  # the kit tears itself down on SIGTERM
-            run.communicate(timeout=60)
+            try:
+                run.communicate(timeout=TEARDOWN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                run.kill()  # its teardown hung: do not leave it running past the test
+                run.communicate()
 
     assert run.returncode == 0, out + err[-4000:]
     body = json.loads(report.read_text())
