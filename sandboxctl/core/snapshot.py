@@ -15,6 +15,7 @@ import contextlib
 import gc
 import itertools
 import operator
+import threading
 from collections.abc import Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -459,15 +460,31 @@ def collector_paused() -> Iterator[None]:
     each event: a pass in the middle of one walks containers of thousands of entries
     spread over the fleet's memory, half an event's time, and finds no cycle to free.)
 
-    The switch is the process's; pausing from several threads at once is safe, since
-    only a caller that found the collector on turns it back on."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+    The switch is the process's, so pauses are counted: the first of overlapping pauses
+    (from any thread) turns the collector off, and the last to end restores what the
+    first found."""
+    with _PAUSES.lock:
+        if _PAUSES.count == 0:
+            _PAUSES.was_enabled = gc.isenabled()
+            gc.disable()
+        _PAUSES.count += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _PAUSES.lock:
+            _PAUSES.count -= 1
+            if _PAUSES.count == 0 and _PAUSES.was_enabled:
+                gc.enable()
+
+
+class _Pauses:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0  # pauses under way
+        self.was_enabled = True  # the collector's state when the first of them began
+
+
+_PAUSES = _Pauses()
 
 
 def _by_node(candidate: WarmCandidate) -> str:
