@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import msgspec
 
 from sandboxctl.core.errors import InvalidValueError, InventoryFormatError
-from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339, parse_stamp
+from sandboxctl.core.timestamps import ZonedTime, format_rfc3339, parse_rfc3339, parse_stamp
 
 API_VERSION = "sandbox.cocoonstack.io/v1beta1"
 KIND = "NodeInventory"
@@ -26,7 +26,6 @@ DEFAULT_SIZE = "small"
 NETS = ("none", "egress")
 DEFAULT_NAMESPACE = "default"
 
-_Time = Annotated[datetime, msgspec.Meta(tz=True)]
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -76,8 +75,8 @@ class Entry(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults
     template: str = ""
     claim_ref: str = ""
     addr: str = ""
-    deadline: _Time | None = None
-    claimed_at: _Time | None = None
+    deadline: ZonedTime | None = None
+    claimed_at: ZonedTime | None = None
     metadata: str = ""
     cpu_count: _Count | None = None
     memory_bytes: _Count | None = None

@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
 
 from sandboxctl.core.errors import InvalidValueError
 
+ZonedTime = Annotated[datetime, msgspec.Meta(tz=True)]  # what a typed decode accepts
+
 
 def parse_rfc3339(text: str) -> datetime:
-    """Parse an RFC 3339 timestamp; it must carry a zone (``Z`` or an offset)."""
+    """Parse an RFC 3339 timestamp; it must carry a zone (``Z`` or an offset).
+
+    msgspec's reading first, so that a time reads the same here as where a NodeInventory
+    entry is decoded typed (``core.model.Entry``: lower-case ``t`` and ``z``, and more
+    than six fractional digits rounded to the microsecond); what it refuses, as
+    ``datetime.fromisoformat`` reads it."""
+    stripped = text.strip()
     try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError as error:
-        raise InvalidValueError(f"invalid timestamp {text!r}: expected RFC 3339") from error
+        value = _decode_time(msgspec.json.encode(stripped))  # as a JSON string, quoted
+    except msgspec.ValidationError:
+        try:
+            value = datetime.fromisoformat(stripped)
+        except ValueError as error:
+            raise InvalidValueError(f"invalid timestamp {text!r}: expected RFC 3339") from error
     if value.tzinfo is None:
         raise InvalidValueError(f"invalid timestamp {text!r}: RFC 3339 needs a zone such as Z")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidValueError(f"invalid timestamp {text!r}: out of range in UTC") from None
+
+
+_decode_time = msgspec.json.Decoder(ZonedTime).decode
 
 
 def parse_stamp(value: object) -> datetime | None:

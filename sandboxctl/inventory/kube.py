@@ -40,7 +40,7 @@ from sandboxctl.core.model import Entry, NodeInventory, in_utc, inventory_from_o
 from sandboxctl.core.snapshot import FleetSnapshot, collector_paused
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED, metadata_only
-from sandboxctl.kube.resources import watch_event
+from sandboxctl.kube.resources import read_json, watch_event
 
 log = logging.getLogger(__name__)
 
@@ -184,20 +184,21 @@ def _entries(
         return tuple(entries)
     try:
         decoded = _decode_entries(b"[%b]" % b",".join([raws[i] for i in misses]))
-    except msgspec.ValidationError:
-        # Read whole as plain JSON: a form the wire's rules refuse but the reader
-        # tolerates (a metadata object, a null string), or the error naming the entry.
-        return inventory_from_object({**obj, "entries": list(map(_decode_json, raws))}).entries
-    by_name: dict[str, Entry] = {e.name: e for e in reversed(last)}  # held twice: the first
-    for i, entry in zip(misses, decoded, strict=True):
-        same = by_name.get(entry.name)
-        entries[i] = same if same is not None and same == entry else in_utc(entry)
+        by_name = {e.name: e for e in reversed(last)}  # a name held twice: its first
+        for i, entry in zip(misses, decoded, strict=True):
+            same = by_name.get(entry.name)
+            entries[i] = same if same is not None and same == entry else in_utc(entry)
+    except (msgspec.DecodeError, OverflowError):
+        # Read whole as plain JSON, as any other object is: a form the wire's rules
+        # refuse but the reader tolerates (a metadata object, a null string, invalid
+        # UTF-8 replaced), or the error naming the entry.
+        plain = [read_json(bytes(raw)) for raw in raws]
+        return inventory_from_object({**obj, "entries": plain}).entries
     return tuple(entries)
 
 
 _NO_ENTRY = Entry("-", "-")  # a placeholder every miss overwrites
 _decode_entries = msgspec.json.Decoder(list[Entry]).decode
-_decode_json = msgspec.json.Decoder().decode
 
 
 # --- the watch's events, entries left as their JSON ---------------------------------------

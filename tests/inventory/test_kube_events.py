@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from kubernetes import client
 
-from sandboxctl.core.model import Entry
+from sandboxctl.core.model import Entry, inventory_from_object
 from sandboxctl.inventory.kube import KubeInventorySource, inventory_event
 
 T0 = "2026-11-30T04:00:00Z"
@@ -128,3 +128,48 @@ def test_an_entry_that_breaks_a_rule_leaves_the_node_as_it_was(
     fixed = feed(source, line("MODIFIED", entry("a"), entry("b", cpuCount=1)))
     assert fixed[0] is held[0]
     assert fixed[1].cpu_count == 1
+
+
+def test_what_the_wire_cannot_decode_is_read_as_any_object_is(
+    source: KubeInventorySource, caplog: pytest.LogCaptureFixture
+) -> None:
+    feed(source, line("ADDED", entry("a")))
+    # Invalid UTF-8 inside an entry: replaced, as the client replaces it.
+    broken = line("MODIFIED", entry("a"), entry("b", template="t")).replace(b'"t"', b'"\xff"')
+    read = feed(source, broken)
+    assert read[1].template == "\ufffd"
+    # A number beyond a double, and a time beyond the calendar in UTC: unreadable, named.
+    for field, beyond in (
+        ("entries[1].cpuCount", entry("b", cpuCount="HUGE")),
+        ("entries[1].deadline", entry("b", deadline="0001-01-01T00:00:00+01:00")),
+    ):
+        held = feed(source, line("MODIFIED", entry("a")))  # readable: the next is logged
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            bad = line("MODIFIED", entry("a"), beyond).replace(b'"HUGE"', b"1e400")
+            assert feed(source, bad) is held
+        assert field in caplog.text
+
+
+def test_times_read_the_same_as_the_plain_reader_reads_them(source: KubeInventorySource) -> None:
+    times = ["2026-11-30T04:00:00.123456789Z", "2026-11-30t04:00:00.9999999z"]
+    entries = [entry(f"e{i}", deadline=t) for i, t in enumerate(times)]
+    listed = inventory_from_object(json.loads(line("ADDED", *entries))["object"]).entries
+    feed(source, line("ADDED", entry("x")))
+    watched = feed(source, line("MODIFIED", *entries))
+    assert [e.deadline for e in watched] == [e.deadline for e in listed]
+    assert listed[1].deadline == datetime(2026, 11, 30, 4, 0, 1, tzinfo=UTC)
+
+
+def test_a_relisted_object_then_its_next_event(source: KubeInventorySource) -> None:
+    # A relist hands over plain JSON; the watch after it reuses what that read, by name.
+    obj = json.loads(line("ADDED", entry("a"), entry("b"), entry("c")))["object"]
+    source.on_event("MODIFIED", obj)
+    listed = source.snapshot().record("n1").inventory.entries  # type: ignore[union-attr]
+    shrunk = feed(source, line("MODIFIED", entry("c"), entry("a")))
+    assert shrunk[0] is listed[2]
+    assert shrunk[1] is listed[0]
+    source.on_event("DELETED", obj)
+    assert source.snapshot().record("n1") is None
+    again = feed(source, line("ADDED", entry("c"), entry("a")))
+    assert [e.name for e in again] == ["c", "a"]

@@ -4,6 +4,7 @@ parsed once, what msgspec refuses read by json, and a cut last line left for the
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -32,8 +33,7 @@ def test_a_last_line_without_its_newline_is_not_an_event() -> None:
 
 
 def test_what_msgspec_refuses_is_read_by_json() -> None:
-    big = 2**70
-    assert watch_event(b'{"type": "ADDED", "object": {"n": %d}}' % big)["object"]["n"] == big
+    assert watch_event(b'{"type": "ADDED", "object": {"n": 1e400}}')["object"]["n"] == math.inf
     replaced = watch_event(b'{"type": "ADDED", "object": {"s": "a\xffb"}}')
     assert replaced["object"]["s"] == "a\ufffdb"  # invalid UTF-8 replaced, as the client does
 
