@@ -42,6 +42,13 @@ from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
 from sandboxctl.sandboxd.network.sandboxes import host_routes
 from sandboxctl.sandboxd.procfs import pids_of_uids
+from sandboxctl.sandboxd.runtimedir import (
+    DEFAULT_RUNTIME_ROOT,
+    RUNTIME_ROOT_ENV,
+    UIDS,
+    runtime_dir,
+)
+from sandboxctl.sandboxd.uids import UidClaims
 
 WINDOWS = Windows(publish=3.0, stale_after=9.0)
 TEST_NET = ipaddress.IPv4Network("203.0.113.0/24")
@@ -479,10 +486,18 @@ class LocalKit:
         self.double_port = free_port(self.gateway)
 
     def _kill_sandboxes(self) -> None:
+        """Kill the sandboxes this kit's agents still hold a uid claim for: only theirs,
+        should another fleet's uids share the range."""
+        root = Path(os.environ.get(RUNTIME_ROOT_ENV) or DEFAULT_RUNTIME_ROOT).resolve()
+        if not (root / UIDS).is_dir():
+            return
+        ours = {runtime_dir(h.state_dir, root).path for h in self.hosts.values()}
+        held = UidClaims(root / UIDS, holder=root)  # only read: whose claim each uid is
         uids = range(self.uid_base, self.uid_base + UID_SPAN * len(self.hosts))
-        for pid in pids_of_uids(uids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for pid, uid in pids_of_uids(uids).items():
+            if held.holder_of(uid) in ours:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _network_down(self) -> None:
         if not self._network_up:

@@ -91,7 +91,9 @@ class LaneError(ConfigurationError):
 
 
 class KitDown(LaneError):
-    """The kit did not come up, or did not go down: a failed run (exit 1), not bad input."""
+    """The external kit's fleet did not answer before the first lane: a failed run (exit
+    1), not bad input. (The local kit's start and teardown failures exit 1 as well: the
+    local kit has no input to blame.)"""
 
 
 class LaneTimeout(LaneError):
