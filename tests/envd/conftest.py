@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -13,12 +12,13 @@ import pytest
 
 from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
+from tests.conftest import process_slot
 from tests.envd.wire import Envd
 from tests.sandboxd.servers import sandboxes_unavailable, serving
 
 ROOT = "envd-root-token"
 # A uid block of its own per session, away from the other test packages' blocks.
-UID_BASE = 1_500_000 + (os.getpid() % 1000) * 40
+UID_BASE = 1_500_000 + process_slot() * 40
 
 
 @dataclass

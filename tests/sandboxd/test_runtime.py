@@ -35,6 +35,7 @@ from sandboxctl.sandboxd.runtime import (
     Size,
 )
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
+from tests.conftest import process_slot
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="real sandboxes need root"),
@@ -43,8 +44,8 @@ pytestmark = [
 
 SMALL = SIZE_LIMITS[Size.SMALL]
 CGROUP_PARENT = "sandboxctl-test"
-# Apart from the agent tests' uids (300_000+) and from another session running at once.
-_UID_BASE = 270_000 + (os.getpid() % 400) * 50
+# Apart from the uid_base fixture's blocks (400_000+) and from another test process.
+_UID_BASE = 270_000 + (process_slot() % 400) * 50
 _uids = itertools.count(_UID_BASE)
 Runtime = BubblewrapRuntime | UnsafeProcessRuntime
 
