@@ -22,7 +22,7 @@ def parse_rfc3339(text: str) -> datetime:
     stripped = text.strip()
     try:
         value = _decode_time(msgspec.json.encode(stripped))  # as a JSON string, quoted
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, UnicodeEncodeError):  # a lone surrogate: not JSON
         try:
             value = datetime.fromisoformat(stripped)
         except ValueError as error:

@@ -102,3 +102,19 @@ def test_format_writes_second_precision_on_the_wire():
 def test_formatted_time_parses_back_to_the_same_instant():
     value = datetime(2026, 2, 28, 23, 59, 59, tzinfo=UTC)
     assert parse_rfc3339(format_rfc3339(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("\ud800", "expected RFC 3339"), ("0001-01-01T00:00:00+01:00", "out of range in UTC")],
+)
+def test_strict_parse_refuses_what_no_time_can_be(text: str, why: str) -> None:
+    with pytest.raises(InvalidValueError, match=why):
+        parse_rfc3339(text)
+
+
+def test_strict_parse_reads_lower_case_and_nine_digits_as_a_typed_decode_does():
+    assert parse_rfc3339("2026-09-27t09:00:00z") == NINE_UTC
+    assert parse_rfc3339("2026-09-27T09:00:00.123456789Z") == NINE_UTC + timedelta(
+        microseconds=123457
+    )
