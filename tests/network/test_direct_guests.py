@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from datetime import UTC, datetime
 
 import pytest
 
+from sandboxctl.clock import ManualClock
 from sandboxctl.proxy import guest
 from sandboxctl.proxy.guest import REMEMBER_SECONDS, DirectGuests
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+def manual_clock() -> ManualClock:
+    return ManualClock(datetime(2026, 11, 30, tzinfo=UTC))
 
 
 def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
-    clock = Clock()
-    guests = DirectGuests(clock)
+    clock = manual_clock()
+    guests = DirectGuests(clock.monotonic)
     attempts: list[str] = []
     connect = guests.pool.connect
 
@@ -37,7 +35,7 @@ def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
         assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert len(attempts) == 1  # the second went to the agent without trying
-        clock.now += REMEMBER_SECONDS + 0.1
+        clock.advance(REMEMBER_SECONDS + 0.1)
         assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert len(attempts) == 2
         # A sandbox without an address (an agent without networks): never tried.
@@ -50,8 +48,8 @@ def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
 
 
 def test_a_websocket_refused_is_remembered_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = Clock()
-    guests = DirectGuests(clock)
+    clock = manual_clock()
+    guests = DirectGuests(clock.monotonic)
     attempts: list[str] = []
 
     async def refused(key: str) -> socket.socket:
@@ -66,7 +64,7 @@ def test_a_websocket_refused_is_remembered_too(monkeypatch: pytest.MonkeyPatch) 
         assert len(attempts) == 1  # the second went to the agent without trying
         assert await guests.connect("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert len(attempts) == 1  # one refusal, whichever path asks
-        clock.now += REMEMBER_SECONDS + 0.1
+        clock.advance(REMEMBER_SECONDS + 0.1)
         assert await guests.open_socket("sb_0000deadbeef", "10.200.250.9", 8000) is None
         assert len(attempts) == 2
 

@@ -2,66 +2,62 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from sandboxctl.clock import ManualClock
 from sandboxctl.proxy import TokenBucket
 from sandboxctl.proxy.resolve import Owner, OwnerCache, claim_spelling
 from sandboxctl.proxy.routing import BadRoute, Target, is_internal, route
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(datetime(2026, 11, 30, tzinfo=UTC), monotonic=100.0)
 
 
-def test_bucket_starts_full_spends_the_burst_then_refills_at_the_rate() -> None:
-    clock = Clock()
-    bucket = TokenBucket(200, 400, clock)
+def test_bucket_starts_full_spends_the_burst_then_refills_at_the_rate(clock: ManualClock) -> None:
+    bucket = TokenBucket(200, 400, clock.monotonic)
     assert all(bucket.take() for _ in range(400))
     assert not bucket.take()  # over budget
-    clock.now += 0.004  # 0.8 of a token
+    clock.advance(0.004)  # 0.8 of a token
     assert not bucket.take()
-    clock.now += 0.001  # 1.0
+    clock.advance(0.001)  # 1.0
     assert bucket.take()
     assert not bucket.take()
-    clock.now += 1.0  # 200 more
+    clock.advance(1.0)  # 200 more
     assert sum(bucket.take() for _ in range(500)) == 200
 
 
-def test_bucket_never_banks_more_than_the_burst() -> None:
-    clock = Clock()
-    bucket = TokenBucket(200, 400, clock)
-    clock.now += 3600
+def test_bucket_never_banks_more_than_the_burst(clock: ManualClock) -> None:
+    bucket = TokenBucket(200, 400, clock.monotonic)
+    clock.advance(3600)
     assert sum(bucket.take() for _ in range(1000)) == 400
 
 
-def test_bucket_ignores_a_clock_going_backwards() -> None:
-    clock = Clock()
-    bucket = TokenBucket(1, 1, clock)
+def test_bucket_ignores_a_clock_going_backwards(clock: ManualClock) -> None:
+    bucket = TokenBucket(1, 1, clock.monotonic)
     assert bucket.take()
-    clock.now -= 50
+    clock.advance(-50)
     assert not bucket.take()
-    clock.now += 1
+    clock.advance(1)
     assert bucket.take()
 
 
-def test_owner_cache_expires_and_clears_when_full() -> None:
-    clock = Clock()
-    cache = OwnerCache(60.0, capacity=3, clock=clock)
+def test_owner_cache_expires_and_clears_when_full(clock: ManualClock) -> None:
+    cache = OwnerCache(60.0, capacity=3, clock=clock.monotonic)
     owner = Owner("n", "a:1", "sb_1", "t")
     cache.put("sb-1", owner)
     assert cache.get("sb-1") == owner
-    clock.now += 60
+    clock.advance(60)
     assert cache.get("sb-1") is None
     for key in ("x", "y", "z"):
         cache.put(key, owner)
     cache.put("w", owner)  # full and nothing expired: cleared, then added
     assert len(cache) == 1
     assert cache.get("w") == owner
-    clock.now += 61
+    clock.advance(61)
     cache.put("v", owner)
     assert cache.get("w") is None
     assert cache.get("v") == owner
