@@ -334,27 +334,33 @@ class DeadHost:
         observed.fresh = {ref: public_id(grant.id) for ref, grant in grants.items()}
         killed = False
         try:
-            observed.views = tuple(self._views(kit))
-            self._listed_before(kit, observed, progress)
-            if "K1A-01" in selected:
-                yield judge_listed(observed)
-            if selected & {"K1A-02", "K1A-06"}:
-                observed.baseline = self._creates(kit, progress, "before the kill")
-            if "K1A-02" in selected:
-                yield judge_baseline(observed)
-            if not selected & AFTER_KILL:
-                return
-            killed = True
-            yield from self._after_kill(kit, selected, progress, observed)
-            killed = False
+            with observe.Clients(kit) as clients:  # the views' clients, kept across polls
+                observed.views = tuple(self._views(kit))
+                self._listed_before(clients, observed, progress)
+                if "K1A-01" in selected:
+                    yield judge_listed(observed)
+                if selected & {"K1A-02", "K1A-06"}:
+                    observed.baseline = self._creates(kit, progress, "before the kill")
+                if "K1A-02" in selected:
+                    yield judge_baseline(observed)
+                if not selected & AFTER_KILL:
+                    return
+                killed = True
+                yield from self._after_kill(clients, selected, progress, observed)
+                killed = False
         finally:
             if killed:  # B stays dead only when a lane raised: bring it back for the rest
                 kit.start_host(b)
             observe.release(kit, b, grants)
 
     def _after_kill(
-        self, kit: Kit, selected: frozenset[str], progress: Progress, observed: Observed
+        self,
+        clients: observe.Clients,
+        selected: frozenset[str],
+        progress: Progress,
+        observed: Observed,
     ) -> Iterator[Verdict]:
+        kit = clients.kit
         b, windows = kit.b, kit.windows
         high = leave_bound(windows)[1]
         with ExitStack() as stack:
@@ -378,7 +384,7 @@ class DeadHost:
             with contextlib.suppress(LaneTimeout):  # judged: which views kept B
                 progress.wait_for(
                     "B's sandboxes to leave every list",
-                    lambda: self._left(kit, observed),
+                    lambda: self._left(clients, observed),
                     max(0.0, deadline - self._clock()),
                 )
             everywhere = len(observed.left) == len(observed.views)
@@ -436,7 +442,7 @@ class DeadHost:
         try:
             progress.wait_for(
                 "B's kept sandboxes in every list again",
-                lambda: self._returned(kit, observed),
+                lambda: self._returned(clients, observed),
                 return_bound(windows) + 5,
             )
             observed.returned_after = self._clock() - restarted
@@ -452,27 +458,31 @@ class DeadHost:
             yield f"{replica.name} kube"
             yield f"{replica.name} e2b"
 
-    def _fresh_listed(self, kit: Kit, replica: Replica, api: str, observed: Observed) -> int | None:
+    def _fresh_listed(
+        self, clients: observe.Clients, replica: Replica, api: str, observed: Observed
+    ) -> int | None:
         """How many of the fresh sandboxes one view lists; None when it does not answer."""
         try:
             if api == "kube":
-                names = set(observe.listed(kit, replica))
+                names = set(observe.listed(clients, replica))
                 return len(names & set(observed.fresh))
-            ids = set(observe.e2b_listed(kit, replica))
+            ids = set(observe.e2b_listed(clients, replica))
             return len(ids & set(observed.fresh.values()))
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None
 
-    def _counts(self, kit: Kit, observed: Observed) -> dict[str, int | None]:
+    def _counts(self, clients: observe.Clients, observed: Observed) -> dict[str, int | None]:
         return {
-            f"{replica.name} {api}": self._fresh_listed(kit, replica, api, observed)
-            for replica in kit.replicas
+            f"{replica.name} {api}": self._fresh_listed(clients, replica, api, observed)
+            for replica in clients.kit.replicas
             for api in ("kube", "e2b")
         }
 
-    def _listed_before(self, kit: Kit, observed: Observed, progress: Progress) -> None:
+    def _listed_before(
+        self, clients: observe.Clients, observed: Observed, progress: Progress
+    ) -> None:
         def complete() -> bool:
-            counts = self._counts(kit, observed)
+            counts = self._counts(clients, observed)
             observed.views_listing = {view: count or 0 for view, count in counts.items()}
             return all(count == FRESH for count in counts.values())
 
@@ -481,18 +491,18 @@ class DeadHost:
             progress.wait_for(
                 f"every list to show B's {FRESH} fresh sandboxes",
                 complete,
-                2 * kit.windows.publish + 5,
+                2 * clients.kit.windows.publish + 5,
             )
 
-    def _left(self, kit: Kit, observed: Observed) -> bool:
+    def _left(self, clients: observe.Clients, observed: Observed) -> bool:
         now = self._clock()
-        for view, count in self._counts(kit, observed).items():
+        for view, count in self._counts(clients, observed).items():
             if count == 0 and view not in observed.left:
                 observed.left[view] = now
         return len(observed.left) == len(observed.views)
 
-    def _returned(self, kit: Kit, observed: Observed) -> bool:
-        counts = self._counts(kit, observed)
+    def _returned(self, clients: observe.Clients, observed: Observed) -> bool:
+        counts = self._counts(clients, observed)
         observed.returned_views = sum(count == FRESH for count in counts.values())
         return observed.returned_views == len(counts)
 
