@@ -26,7 +26,13 @@ from sandboxctl.core.durations import parse_duration
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import EXTERNAL, KitDown, Lane, LaneError, Progress, Windows
-from sandboxctl.lanes.observe import healthy, try_inventory
+from sandboxctl.lanes.observe import (
+    POOL_FILL_SECONDS,
+    heal_bound,
+    healthy,
+    pool_full,
+    try_inventory,
+)
 
 CLIENT_TIMEOUT = 15.0
 DEFAULT_COMMAND_TIMEOUT = 120.0
@@ -350,15 +356,16 @@ class ExternalKit:
         if self.config.commands.get("heal"):
             self.run("heal", {})
         self.restore()
-        w = self.windows
         progress.wait_for(
             "every replica, both agents and both inventories",
             self._up,
-            w.stale_after + 3 * w.publish + 10.0,
+            heal_bound(self.windows),
         )
-        if self.config.warm_pool_size:
+        if size := self.config.warm_pool_size:
             progress.wait_for(
-                f"the warm pool to hold {self.config.warm_pool_size}", self._pool_full, 90.0
+                f"the warm pool to hold {size}",
+                lambda: pool_full(self, size),
+                POOL_FILL_SECONDS,
             )
 
     def restore(self) -> None:
@@ -384,16 +391,6 @@ class ExternalKit:
         except Exception:
             return False
         return True
-
-    def _pool_full(self) -> bool:
-        warm = 0
-        for host in (self.a, self.b):
-            try:
-                with self.agent(host) as agent:
-                    warm += sum(pool.warm for pool in agent.info().pools)
-            except Exception:
-                return False
-        return warm >= self.config.warm_pool_size
 
     def describe(self) -> str:
         c = self.config

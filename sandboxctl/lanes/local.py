@@ -37,6 +37,7 @@ import sandboxctl
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
 from sandboxctl.core.netpolicy import first_free
+from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
@@ -261,9 +262,13 @@ class LocalKit:
                 local.publisher = self._publisher(local, stamp=True)
                 local.stamping = True
         start_all(self._parts(), HEAL_START)
-        bound = self.windows.stale_after + 3 * self.windows.publish + 10.0
+        bound = observe.heal_bound(self.windows)
         progress.wait_for("every replica to list both hosts", self._both_listed, bound)
-        progress.wait_for(f"the warm pool to hold {WARM_POOL_SIZE}", self._pool_full, 90.0)
+        progress.wait_for(
+            f"the warm pool to hold {WARM_POOL_SIZE}",
+            lambda: observe.pool_full(self, WARM_POOL_SIZE),
+            observe.POOL_FILL_SECONDS,
+        )
 
     def describe(self) -> str:
         lines = [
@@ -562,16 +567,6 @@ class LocalKit:
             if not {self.a.node, self.b.node} <= nodes:
                 return False
         return True
-
-    def _pool_full(self) -> bool:
-        warm = 0
-        for local in self.hosts.values():
-            try:
-                with self.agent(local.host) as agent:
-                    warm += sum(pool.warm for pool in agent.info().pools)
-            except Exception:
-                return False
-        return warm >= WARM_POOL_SIZE
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sandboxctl.agentapi import AgentApiError, AgentError, ClaimGrant, ClaimRequest
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, KubeError, KubeNotFound, api_client
 from sandboxctl.lanes.kit import Host, Kit, Replica
-from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict
+from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict, Windows
 
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/sandboxes"
 NAMESPACE = "default"
@@ -189,6 +189,28 @@ def try_inventory(kit: Kit, host: Host) -> dict[str, Any] | None:
         return inventory(kit, host)
     except KubeError:
         return None
+
+
+def heal_bound(windows: Windows) -> float:
+    """How long a healing kit may take to list both hosts again: a stale node's window,
+    a few publishes, and the parts' start-up."""
+    return windows.stale_after + 3 * windows.publish + 10.0
+
+
+POOL_FILL_SECONDS = 90.0  # for a healed kit's warm pool to refill
+
+
+def pool_full(kit: Kit, size: int) -> bool:
+    """Whether hosts A and B together hold ``size`` warm sandboxes (False when either
+    agent does not answer)."""
+    warm = 0
+    for host in (kit.a, kit.b):
+        try:
+            with kit.agent(host) as agent:
+                warm += sum(pool.warm for pool in agent.info().pools)
+        except Exception:
+            return False
+    return warm >= size
 
 
 def observe(
