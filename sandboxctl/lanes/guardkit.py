@@ -31,7 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sandboxctl.guard.adopt import Adopted, adopt
 from sandboxctl.guard.pods import ANNOTATION, NODEPOOL_LABEL
-from sandboxctl.kube import KubeNotFound, Pods, api_client
+from sandboxctl.kube import NODEPOOLS, KubeNotFound, Pods, api_client
+from sandboxctl.kube.resources import MERGE_PATCH
 from sandboxctl.lanes.model import LaneError
 from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl.lanes.workersignals import WorkerSignals
@@ -44,9 +45,8 @@ WORKER_LABEL = ("app", "lanes-worker")
 LANE_LABEL = "lanes.sandboxctl.dev/lane"
 OWNER_LABEL = "lanes.sandboxctl.dev/guard-owner"
 UNREACHABLE_KUBELET = "lanes.sandboxctl.dev/unreachable-kubelet"  # a finalizer
-MERGE = "application/merge-patch+json"
 CRD = "CustomResourceDefinition"
-NODEPOOLS = ("karpenter.sh", "v1", "nodepools")
+_NODEPOOLS = (NODEPOOLS.group, NODEPOOLS.version, NODEPOOLS.plural)  # the custom API's arguments
 CLI_TIMEOUT = 180.0  # a CLI run imports the Kubernetes client: slow on a loaded machine
 CALL_TIMEOUT = 10.0
 
@@ -255,7 +255,7 @@ class LocalGuardKit:
                 "disruption": {"consolidationPolicy": "WhenEmpty"},
             },
         }
-        create = partial(self.custom.create_cluster_custom_object, *NODEPOOLS, body)
+        create = partial(self.custom.create_cluster_custom_object, *_NODEPOOLS, body)
         self._create("nodepools", name, create)
 
     def node(self, name: str, nodepool: str) -> None:
@@ -281,7 +281,9 @@ class LocalGuardKit:
         self.signals.set_busy(name, False)
         self._create("pods", name, partial(self.core.create_namespaced_pod, self.namespace, body))
         status = {"status": {"phase": "Running", "podIP": "127.0.0.1"}}
-        self.core.patch_namespaced_pod_status(name, self.namespace, status, _content_type=MERGE)
+        self.core.patch_namespaced_pod_status(
+            name, self.namespace, status, _content_type=MERGE_PATCH
+        )
 
     def _create(self, kind: str, name: str, create: Callable[[], object]) -> None:
         try:
@@ -363,12 +365,6 @@ class LocalGuardKit:
             ) from None
         return Completed(done.returncode, done.stdout, done.stderr)
 
-    def describe(self) -> str:
-        return "\n".join(
-            [f"guard lanes: namespace {self.namespace}, busy signal {self.signals.url}"]
-            + [f"  guard {g.name}: {g.url} (log {g.process.log})" for g in self.guards]
-        )
-
     # --- teardown -------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -378,7 +374,7 @@ class LocalGuardKit:
         actions += [partial(self._remove_pod, pod) for pod in self.made["pods"]]
         actions += [partial(self._gone, self.core.delete_node, node) for node in self.made["nodes"]]
         actions += [
-            partial(self._gone, self.custom.delete_cluster_custom_object, *NODEPOOLS, pool)
+            partial(self._gone, self.custom.delete_cluster_custom_object, *_NODEPOOLS, pool)
             for pool in self.made["nodepools"]
         ]
         actions += [self.signals.close, self.api.close]
