@@ -97,9 +97,9 @@ def run_lanes(
         with kits.open_kit(kit, config, lanes, progress, keep) as built:
             result = run_plan(plan, built, progress)
     except LaneError as error:
-        if result is None and kit != LOCAL and not isinstance(error, KitDown):
-            raise  # the external kit's file: the caller's input
-        # The local kit did not come up, or a kit did not go down: the report still counts.
+        if result is None and not isinstance(error, KitDown):
+            raise  # the caller's input: an external kit's file
+        # A kit did not come up, or did not go down: the report still counts.
         typer.echo(f"sandboxctl: error: {' '.join(str(error).split())}", err=True)
         if result is None:
             raise typer.Exit(EXIT_LANE_FAILED) from None

@@ -39,7 +39,7 @@ from sandboxctl.apiserver.kubeconfig import write_kubeconfig
 from sandboxctl.core.netpolicy import first_free
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Replica
-from sandboxctl.lanes.model import LOCAL, LaneError, Progress, Windows
+from sandboxctl.lanes.model import LOCAL, KitDown, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
 from sandboxctl.sandboxd.network.sandboxes import host_routes
 from sandboxctl.sandboxd.procfs import pids_of_uids
@@ -149,7 +149,6 @@ class LocalKit:
         self.replicas: tuple[Replica, ...] = ()
         self.proxy_part: Process | None = None
         self.proxy_url = ""
-        self.sentinels: dict[str, str] = {}  # host label -> its sentinel's sandbox id
         self._network_up = False
 
     # --- the protocol's attributes -------------------------------------------------------
@@ -313,7 +312,7 @@ class LocalKit:
         error = first_error(actions)
         shutil.rmtree(self.workdir, ignore_errors=True)
         if error is not None:
-            raise LaneError(f"tearing the local kit down: {error}")
+            raise KitDown(f"tearing the local kit down: {error}")
 
     # --- building ------------------------------------------------------------------------
 
@@ -539,14 +538,13 @@ class LocalKit:
     def _sentinels(self) -> None:
         for label, local in self.hosts.items():
             with self.agent(local.host) as agent:
-                grant = agent.claim(
+                agent.claim(
                     ClaimRequest(
                         template="base",
                         claim_ref=f"{NAMESPACE}/{SENTINEL}-{label.lower()}",
                         ttl_seconds=SENTINEL_TTL,
                     )
                 )
-            self.sentinels[label] = grant.id
 
     # --- heal's checks -------------------------------------------------------------------
 
@@ -575,23 +573,25 @@ def local_kit(progress: Progress, keep: bool = False) -> Iterator[LocalKit]:
     to reach it). SIGTERM tears it down like Ctrl-C."""
     problem = unavailable()
     if problem:
-        raise LaneError(f"the local kit cannot run here: {problem}")
+        raise KitDown(f"the local kit cannot run here: {problem}")
     workdir = Path(tempfile.mkdtemp(prefix="sandboxctl-lanes-", dir="/tmp"))
     workdir.chmod(0o711)  # sandbox uids traverse it to their homes
     try:
         # uids clear of the test suite's blocks (below 2.1M), so the lanes test can run beside them
         kit = LocalKit(workdir, uid_base=3_000_000 + (os.getpid() % 1000) * 2 * UID_SPAN)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(error, LaneError):
+            raise KitDown(str(error)) from error
         raise
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         try:
             kit.build(progress)
-        except LaneError:
-            raise
+        except LaneError as error:
+            raise KitDown(str(error)) from error
         except Exception as error:  # an agent's or the double's answer: still one line
-            raise LaneError(f"the local kit did not start: {error}") from error
+            raise KitDown(f"the local kit did not start: {error}") from error
         yield kit
     finally:
         # The teardown runs to its end: a second Ctrl-C or SIGTERM would orphan the parts.

@@ -91,9 +91,9 @@ class LaneError(ConfigurationError):
 
 
 class KitDown(LaneError):
-    """The external kit's fleet did not answer before the first lane: a failed run (exit
-    1), not bad input. (The local kit's start and teardown failures exit 1 as well: the
-    local kit has no input to blame.)"""
+    """The kit did not come up (the local kit did not start, an external fleet did not
+    answer before the first lane) or did not go down: a failed run (exit 1), not bad
+    input."""
 
 
 class LaneTimeout(LaneError):

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from sandboxctl.lanes import catalog, report
+from sandboxctl.lanes import catalog, local, report
 from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.model import EXTERNAL, LOCAL, Lane, LaneError, Progress, Verdict, Windows
 from sandboxctl.lanes.runner import Run, run_plan
@@ -220,6 +220,17 @@ def test_bad_input_is_one_line_and_exit_2_before_any_kit(
     assert says in result.err
     assert len(result.err.strip().splitlines()) == 1
     assert "Traceback" not in result.err
+
+
+def test_a_local_kit_that_cannot_come_up_is_a_failed_run_exit_1(
+    run: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "unavailable", lambda: "no namespaces on this machine")
+    result = run("lanes", "run", "SBL-09")
+    assert result.code == 1
+    assert result.err.strip().splitlines() == [
+        "sandboxctl: error: the local kit cannot run here: no namespaces on this machine"
+    ]
 
 
 def test_list_names_every_lane_with_its_kits(run: Cli) -> None:
