@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from sandboxctl.apiserver.e2b.models import envd_access_token
+from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import Entry, NodeInventory
 from sandboxctl.inventory.memory import MemoryInventorySource
@@ -151,3 +152,9 @@ def sdk_headers() -> Headers:
         }
 
     return make
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Time the proxy's budget, owner cache and direct-guest memory read; moved by hand."""
+    return ManualClock(datetime(2026, 11, 30, tzinfo=UTC), monotonic=100.0)

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from sandboxctl.clock import ManualClock
 from sandboxctl.proxy import TokenBucket
 from sandboxctl.proxy.resolve import Owner, OwnerCache, claim_spelling
 from sandboxctl.proxy.routing import BadRoute, Target, is_internal, route
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(datetime(2026, 11, 30, tzinfo=UTC), monotonic=100.0)
 
 
 def test_bucket_starts_full_spends_the_burst_then_refills_at_the_rate(clock: ManualClock) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from datetime import UTC, datetime
 
 import pytest
 
@@ -14,12 +13,7 @@ from sandboxctl.proxy import guest
 from sandboxctl.proxy.guest import REMEMBER_SECONDS, DirectGuests
 
 
-def manual_clock() -> ManualClock:
-    return ManualClock(datetime(2026, 11, 30, tzinfo=UTC))
-
-
-def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
-    clock = manual_clock()
+def test_no_veth_means_the_agent_and_is_remembered_for_a_while(clock: ManualClock) -> None:
     guests = DirectGuests(clock.monotonic)
     attempts: list[str] = []
     connect = guests.pool.connect
@@ -47,8 +41,9 @@ def test_no_veth_means_the_agent_and_is_remembered_for_a_while() -> None:
     asyncio.run(run())
 
 
-def test_a_websocket_refused_is_remembered_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = manual_clock()
+def test_a_websocket_refused_is_remembered_too(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     guests = DirectGuests(clock.monotonic)
     attempts: list[str] = []
 
