@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sandboxctl.sandboxd.network.firewall import _daddr
 from sandboxctl.sandboxd.network.nft import Nft, NftError
 from sandboxctl.sandboxd.network.nftbatch import ChainWriter, Rule
 
@@ -42,22 +43,8 @@ def listed(table: str, chain: str) -> list[list[Any]]:
 
 def test_the_rules_read_back_as_nft_writes_them(table: str) -> None:
     nft_rules = []
-    for rule in RULES:
-        expr: list[Any] = []
-        if rule.prefix is not None:
-            addr, _, length = rule.prefix.partition("/")
-            right: Any = {"prefix": {"addr": addr, "len": int(length)}}
-            if length == "32":
-                right = addr
-            expr.append(
-                {
-                    "match": {
-                        "op": "==",
-                        "left": {"payload": {"protocol": "ip", "field": "daddr"}},
-                        "right": right,
-                    }
-                }
-            )
+    for rule in RULES:  # as the firewall has libnftables write them on a table rebuild
+        expr: list[Any] = [_daddr(rule.prefix)] if rule.prefix is not None else []
         expr.append({rule.verdict: None})
         nft_rules.append(
             {"add": {"rule": {"family": "inet", "table": table, "chain": "nfts", "expr": expr}}}
