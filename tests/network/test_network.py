@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl.testing.nethost import NetHost, net_host
 from tests.network.leftovers import count_leftovers
+from tests.sandboxd.servers import wait_until
 
 PORT = 8080
 CONNECT = (
@@ -115,10 +115,12 @@ def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_
     server = agent.claim(ClaimRequest("base"))  # no internet: reaching it needs none
     other = agent.claim(ClaimRequest("base", network=policy(True)))
     inside(agent, server, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 &")
-    deadline = time.monotonic() + 20
-    while not reach(agent, server, "127.0.0.1").startswith("open"):  # until it listens
-        assert time.monotonic() < deadline, "the server in the sandbox never listened"
-        time.sleep(0.1)
+    wait_until(
+        lambda: reach(agent, server, "127.0.0.1").startswith("open"),
+        timeout=20,
+        interval=0.1,
+        what="the server in the sandbox to listen",
+    )
     with socket.socket() as unmarked:
         unmarked.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode())
         unmarked.settimeout(1)
@@ -185,10 +187,12 @@ def test_dns_is_forwarded_for_sandboxes_with_internet_only(
 def settle(agent: Agent) -> None:
     """Wait until the running agent's warm pools are full and no refill is under way (a
     refill mid-start has its chain before its veth)."""
-    deadline = time.monotonic() + 30
-    while any(p.warm < p.target or p.refilling for p in agent.info().pools):
-        assert time.monotonic() < deadline, f"the warm pool never settled: {agent.info().pools}"
-        time.sleep(0.05)
+    wait_until(
+        lambda: not any(p.warm < p.target or p.refilling for p in agent.info().pools),
+        timeout=30,
+        interval=0.05,
+        what="the warm pool to settle",
+    )
 
 
 def leftovers(agent: Agent) -> dict[str, int]:
