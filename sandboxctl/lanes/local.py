@@ -36,12 +36,11 @@ import httpx
 import sandboxctl
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
-from sandboxctl.core.netpolicy import first_free
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, KitDown, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
-from sandboxctl.sandboxd.network.sandboxes import host_routes
+from sandboxctl.sandboxd.network.sandboxes import free_block
 from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
@@ -633,8 +632,7 @@ def _run(argv: list[str], stdin: str | None = None) -> str:
 def _free_block() -> ipaddress.IPv4Network:
     """A /28 of 203.0.113.0/24 that no route or address of this machine overlaps
     (another kit's bridge included), starting from an offset of our pid."""
-    blocks = [str(block) for block in TEST_NET.subnets(new_prefix=28)]
-    found = first_free(blocks, host_routes(), start=os.getpid() % len(blocks))
+    found = free_block(TEST_NET, 28)
     if found is None:
         raise LaneError("no free /28 in 203.0.113.0/24 for the local kit's hosts")
-    return found.network
+    return found

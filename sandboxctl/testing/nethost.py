@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sandboxctl.core.netpolicy import first_free
-from sandboxctl.sandboxd.network.sandboxes import host_routes
+from sandboxctl.sandboxd.network.sandboxes import free_block
 
 TEST_NET = ipaddress.IPv4Network("198.51.100.0/24")
 
@@ -108,11 +107,10 @@ class NetHost:
 def _free_block() -> ipaddress.IPv4Network:
     """A /29 of 198.51.100.0/24 that no route or address of this machine overlaps,
     starting from an offset of our pid."""
-    blocks = [str(block) for block in TEST_NET.subnets(new_prefix=29)]
-    found = first_free(blocks, host_routes(), start=os.getpid() % len(blocks))
+    found = free_block(TEST_NET, 29)
     if found is None:
         raise AssertionError("no free block in 198.51.100.0/24 for a test host")
-    return found.network
+    return found
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import subprocess
 import zlib
 from collections.abc import Callable, Iterable
@@ -286,6 +287,15 @@ def host_routes() -> list[str]:
         for info in infos:
             found.append(f"{info['local']}/{info.get('prefixlen', 32)}")
     return [text for text in found if _parses(text)]
+
+
+def free_block(net: ipaddress.IPv4Network, new_prefix: int) -> ipaddress.IPv4Network | None:
+    """A block of ``net`` that no route or address of this host overlaps, or None;
+    tried from an offset of this process's pid, so that processes side by side pick
+    different ones (the test hosts, a lanes kit's bridge)."""
+    blocks = [str(block) for block in net.subnets(new_prefix=new_prefix)]
+    found = first_free(blocks, host_routes(), start=os.getpid() % len(blocks))
+    return found.network if found is not None else None
 
 
 def _ip_json(args: list[str]) -> list[dict[str, object]]:
