@@ -277,15 +277,15 @@ class ProxyApp:
         target: Target,
         owner: Owner,
         prefix: str | None = None,
-        guest: tuple[str, Connection] | None = None,
+        guest: Connection | None = None,
     ) -> None:
-        """Relay to the owning agent under ``prefix`` (envd's by default), or with
-        ``guest`` (a pool key and its connection) straight to a guest port, whose answers
-        are the guest's own and passed on as they are."""
+        """Relay to the owning agent under ``prefix`` (envd's by default), or over
+        ``guest`` (a connection of the direct guests' pool) straight to a guest port,
+        whose answers are the guest's own and passed on as they are."""
         has_body = "content-length" in headers or "transfer-encoding" in headers
         chunked = "transfer-encoding" in headers
         if guest is not None:
-            pool, (address, connection) = self._guests.pool, guest
+            pool, address, connection = self._guests.pool, guest.key, guest
             host = headers.get("host") or f"localhost:{target.port}"
             head = _request_head(scope, headers, owner, chunked, "", host, claim_token=False)
         else:

@@ -46,15 +46,12 @@ class DirectGuests:
     def key(claim_id: str, address: str, port: int) -> str:
         return f"{host_end(claim_id)}/{address}:{port}"
 
-    async def connect(
-        self, claim_id: str, address: str, port: int
-    ) -> tuple[str, Connection] | None:
-        """A connection to the guest port and its pool key, or None: go through the agent."""
+    async def connect(self, claim_id: str, address: str, port: int) -> Connection | None:
+        """A connection of ``pool`` to the guest port, or None: go through the agent."""
         if self._passed(claim_id, address, port):
             return None
-        key = self.key(claim_id, address, port)
         try:
-            return key, await self.pool.connect(key)
+            return await self.pool.connect(self.key(claim_id, address, port))
         except UpstreamError:
             self._refused(claim_id, port)
             return None
