@@ -22,7 +22,6 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +45,6 @@ PRECISION = 1.0
 # the API answering, our 0.1 s poll, and a publisher's interval drifting by its own
 # apply time on a loaded machine.
 READ_SLACK = 1.0
-WATCH_TICK = 1.0  # a watch wakes every second for inventory changes (docs/api.md#watches)
 # K1A-08: after B leaves the lists, a request already under way (a warm-pool driver tick,
 # a claim that sampled B just before) may still reach B. The reference allowed 2 s; this
 # is one driver tick (1 s on the local kit) plus the read slack, and does not scale with
@@ -363,22 +361,12 @@ class DeadHost:
         kit = clients.kit
         b, windows = kit.b, kit.windows
         high = leave_bound(windows)[1]
-        with ExitStack() as stack:
-            watches = {
-                r.name: stack.enter_context(
-                    observe.watching(kit, r, time.monotonic, high + 4 * windows.publish + 30)
-                )
-                for r in kit.replicas
-            }
-            progress.wait_for(
-                "the watches' opening bursts",
-                lambda: all(w.opened.is_set() for w in watches.values()),
-                10,
-            )
+        seconds = high + 4 * windows.publish + 30
+        with observe.watching_all(kit, progress, time.monotonic, seconds) as watches:
             packets_at_kill = kit.packets_to_agent(b)
             progress.note(f"kill -9 of B's agent and publisher ({b.node})")
             kit.kill_host(b)
-            stamp = (observe.try_inventory(kit, b) or {}).get("publishedAt")
+            stamp = observe.stamp_of(observe.try_inventory(kit, b))
             observed.last_publish = parse_rfc3339(stamp).timestamp() if stamp else None
             deadline = (observed.last_publish or self._clock()) + high + 5
             with contextlib.suppress(LaneTimeout):  # judged: which views kept B
@@ -412,7 +400,7 @@ class DeadHost:
                         fresh <= {e.name for e in w.after if e.type == "DELETED"}
                         for w in watches.values()
                     ),
-                    WATCH_TICK + 2 * READ_SLACK,
+                    observe.WATCH_TICK + 2 * READ_SLACK,
                 )
             for name, watch in watches.items():
                 observed.deleted[name] = len(

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
 
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.lanes import observe
@@ -23,7 +21,6 @@ from sandboxctl.lanes.model import Lane, Progress, Verdict, Windows
 
 FRESH = 7  # as the reference's lane (b)
 RESTART_BOUND = 60.0  # seconds for the publisher to stop and answer again
-WATCH_TICK = 1.0  # a watch wakes every second for inventory changes (docs/api.md#watches)
 
 LANE = Lane(
     id="K1B2-01",
@@ -125,19 +122,9 @@ class PublisherRestart(observe.MeasuredLane[Observed]):
         try:
             observe.wait_listed(clients, progress, f"B's {FRESH} fresh sandboxes", fresh)
             logged = {r.name: len(kit.replica_log(r)) for r in kit.replicas}
-            span = windows.stale_after + 2 * windows.publish + WATCH_TICK
-            with ExitStack() as stack:
-                watches = {
-                    r.name: stack.enter_context(
-                        observe.watching(kit, r, clock, span + RESTART_BOUND + 30)
-                    )
-                    for r in kit.replicas
-                }
-                progress.wait_for(
-                    "the watches' opening bursts",
-                    lambda: all(w.opened.is_set() for w in watches.values()),
-                    10,
-                )
+            span = windows.stale_after + 2 * windows.publish + observe.WATCH_TICK
+            seconds = span + RESTART_BOUND + 30
+            with observe.watching_all(kit, progress, clock, seconds) as watches:
                 baseline = {
                     r.name: frozenset(observe.on_node(observe.listed(clients, r), b.node))
                     for r in kit.replicas
@@ -145,10 +132,10 @@ class PublisherRestart(observe.MeasuredLane[Observed]):
                 observed = Observed(fresh, baseline)
                 # Right after one of B's publishes, so that the window holds the restart
                 # and not the rest of an interval besides.
-                seen = _stamp(observe.try_inventory(kit, b))
+                seen = observe.stamp_of(observe.try_inventory(kit, b))
 
                 def newer() -> str | None:
-                    now = _stamp(observe.try_inventory(kit, b))
+                    now = observe.stamp_of(observe.try_inventory(kit, b))
                     return now if now and now != seen else None
 
                 observed.stamp_before = progress.wait_for(
@@ -169,7 +156,7 @@ class PublisherRestart(observe.MeasuredLane[Observed]):
                                 else frozenset(observe.on_node(got, b.node))
                                 for name, got in listing.items()
                             },
-                            _stamp(found),
+                            observe.stamp_of(found),
                         )
                     )
 
@@ -189,7 +176,7 @@ class PublisherRestart(observe.MeasuredLane[Observed]):
                     progress,
                     "lists, inventory and watches past one window and one publish",
                     clock,
-                    max(start + span, clock() + windows.publish + WATCH_TICK),
+                    max(start + span, clock() + windows.publish + observe.WATCH_TICK),
                     poll,
                 )
                 for name, watch in watches.items():
@@ -215,10 +202,6 @@ class PublisherRestart(observe.MeasuredLane[Observed]):
 
 def _naming(lines: Sequence[str], node: str) -> list[str]:
     return [line.strip() for line in lines if node in line]
-
-
-def _stamp(inventory: dict[str, Any] | None) -> str:
-    return str((inventory or {}).get(observe.STAMP) or "")
 
 
 def publish_gap(observed: Observed) -> float | None:

@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -26,6 +26,7 @@ SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/sandboxes"
 NAMESPACE = "default"
 PHASE_LABEL = "sandbox.cocoonstack.io/phase"
 STAMP = "publishedAt"  # a NodeInventory's publish time; an old publisher writes none
+WATCH_TICK = 1.0  # a watch wakes every second for inventory changes (docs/api.md#watches)
 BOOKMARK_END = "k8s.io/initial-events-end"
 # The agent's routes that address one sandbox: only reads and verbs of that sandbox use
 # them (the publisher reads /v1/info and /v1/sandboxes, the warm-pool driver /v1/pools).
@@ -181,6 +182,11 @@ def _inventories(kubeconfig: Path, version: int) -> CustomObjects:
     """One client per kubeconfig (as written: ``version``), kept across polls: making one
     costs more than the read."""
     return CustomObjects(api_client(kubeconfig), NODE_INVENTORIES)
+
+
+def stamp_of(inventory: dict[str, Any] | None) -> str:
+    """An inventory's ``publishedAt`` as written; "" when it has none (or is absent)."""
+    return str((inventory or {}).get(STAMP) or "")
 
 
 def try_inventory(kit: Kit, host: Host) -> dict[str, Any] | None:
@@ -361,3 +367,20 @@ def watching(
         stream.__exit__(None, None, None)
         client.close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def watching_all(
+    kit: Kit, progress: Progress, clock: Callable[[], float], seconds: float
+) -> Iterator[dict[str, Watch]]:
+    """A :func:`watching` on every replica, by replica name, past their opening bursts."""
+    with ExitStack() as stack:
+        watches = {
+            r.name: stack.enter_context(watching(kit, r, clock, seconds)) for r in kit.replicas
+        }
+        progress.wait_for(
+            "the watches' opening bursts",
+            lambda: all(w.opened.is_set() for w in watches.values()),
+            10,
+        )
+        yield watches
