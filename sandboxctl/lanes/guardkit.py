@@ -27,13 +27,13 @@ import httpx
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from sandboxctl.guard.adopt import Adopted, adopt
 from sandboxctl.guard.pods import ANNOTATION, NODEPOOL_LABEL
 from sandboxctl.kube import NODEPOOLS, KubeNotFound, Pods, api_client
 from sandboxctl.kube.resources import MERGE_PATCH
 from sandboxctl.lanes.model import LaneError
+from sandboxctl.lanes.observe import samples
 from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl.lanes.workersignals import WorkerSignals
 
@@ -184,11 +184,9 @@ class RunningGuard:
 
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         text = httpx.get(f"{self.url}/metrics", timeout=5).text
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and (labels is None or sample.labels == labels):
-                    return float(sample.value)
-        return 0.0  # a labelled counter not yet incremented is absent
+        matching = (s for s in samples(text, name) if labels is None or s.labels == labels)
+        found = next(matching, None)
+        return 0.0 if found is None else float(found.value)  # absent: not yet incremented
 
 
 class LocalGuardKit:

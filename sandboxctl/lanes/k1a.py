@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from sandboxctl.apiserver.e2b.ids import public_id
 from sandboxctl.core.timestamps import parse_rfc3339
@@ -396,16 +395,11 @@ class DeadHost:
             with contextlib.suppress(LaneTimeout):  # judged: the counts say which fell short
                 progress.wait_for(
                     "DELETED for each of B's sandboxes on every watch",
-                    lambda: all(
-                        fresh <= {e.name for e in w.after if e.type == "DELETED"}
-                        for w in watches.values()
-                    ),
+                    lambda: all(fresh <= w.deleted() for w in watches.values()),
                     observe.WATCH_TICK + 2 * READ_SLACK,
                 )
             for name, watch in watches.items():
-                observed.deleted[name] = len(
-                    fresh & {e.name for e in watch.after if e.type == "DELETED"}
-                )
+                observed.deleted[name] = len(fresh & watch.deleted())
                 observed.watch_failure = observed.watch_failure or watch.failed
         if "K1A-04" in selected:
             yield judge_deleted(observed)
@@ -557,12 +551,11 @@ class DeadHost:
 
 
 def _probes(client: httpx.Client) -> int:
-    text = client.get("/metrics").text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "sandboxctl_envd_proxy_probes_total":
-                return int(sample.value)
-    raise LaneError("the envd proxy's /metrics has no sandboxctl_envd_proxy_probes_total")
+    name = "sandboxctl_envd_proxy_probes_total"
+    found = next(observe.samples(client.get("/metrics").text, name), None)
+    if found is None:
+        raise LaneError(f"the envd proxy's /metrics has no {name}")
+    return int(found.value)
 
 
 SCENARIO = DeadHost()

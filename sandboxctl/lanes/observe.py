@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from sandboxctl.agentapi import AgentApiError, AgentError, ClaimGrant, ClaimRequest
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, KubeError, KubeNotFound, api_client
@@ -271,16 +272,21 @@ def release(kit: Kit, host: Host, grants: dict[str, ClaimGrant]) -> None:
 # --- an agent's request counts -------------------------------------------------------
 
 
+def samples(metrics_text: str, name: str) -> Iterator[Sample]:
+    """The samples named ``name`` in a /metrics text."""
+    for family in text_string_to_metric_families(metrics_text):
+        yield from (sample for sample in family.samples if sample.name == name)
+
+
 def per_sandbox_requests(metrics_text: str) -> int:
     """Requests an agent answered on its per-sandbox routes, from its /metrics text."""
-    total = 0.0
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == "sandboxd_requests_total" and sample.labels.get(
-                "route", ""
-            ).startswith(PER_SANDBOX_ROUTE):
-                total += sample.value
-    return int(total)
+    return int(
+        sum(
+            sample.value
+            for sample in samples(metrics_text, "sandboxd_requests_total")
+            if sample.labels.get("route", "").startswith(PER_SANDBOX_ROUTE)
+        )
+    )
 
 
 # --- a watch -------------------------------------------------------------------------
@@ -304,6 +310,10 @@ class Watch:
     opened: threading.Event = field(default_factory=threading.Event)
     failed: str = ""
     ended: bool = False  # the stream ended (the server's timeout or close, or ours)
+
+    def deleted(self) -> set[str]:
+        """The names DELETED since the opening burst."""
+        return {e.name for e in self.after if e.type == "DELETED"}
 
     def read(self, lines: Iterator[str], clock: Callable[[], float]) -> None:
         for line in lines:
