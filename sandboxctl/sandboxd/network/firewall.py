@@ -84,6 +84,10 @@ class Firewall:
         for member in members:
             self.apply(member)
 
+    def close(self) -> None:
+        """Let go of the netlink socket the claims' rules are written through."""
+        self.writer.close()
+
     def remove(self) -> None:
         """Drop the table (after the last sandbox is gone)."""
         self.nft.run([{"add": {"table": self._table()}}, {"delete": {"table": self._table()}}])

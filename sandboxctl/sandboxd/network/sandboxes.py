@@ -95,7 +95,7 @@ class SandboxNetwork:
         adopted = list(adopted)
         self._subnet = self._pick_subnet(adopted)
         if self._firewall is not None:
-            self._firewall.writer.close()
+            self._firewall.close()
         self._firewall = Firewall(self._nft, self.key, self._subnet)
         _enable_forwarding()
         for sandbox in adopted:
@@ -152,7 +152,7 @@ class SandboxNetwork:
         if self._dns is not None:
             self._dns.stop()
         if self._firewall is not None:
-            self._firewall.writer.close()
+            self._firewall.close()
         if remove and self._firewall is not None:
             for veth in self._links.owned(self._alias):
                 self._links.detach(veth)
