@@ -18,7 +18,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from sandboxctl.agentapi import AgentApiError, AgentError, ClaimGrant, ClaimRequest
+from sandboxctl.agentapi import (
+    AgentApiError,
+    AgentClient,
+    AgentError,
+    ClaimGrant,
+    ClaimRequest,
+)
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, KubeError, KubeNotFound, api_client
 from sandboxctl.lanes.kit import Host, Kit, Replica
 from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict, Windows
@@ -247,13 +253,21 @@ def claim_fresh(kit: Kit, host: Host, prefix: str, count: int) -> dict[str, Clai
     with kit.agent(host) as agent:
         for i in range(count):
             ref = f"{NAMESPACE}/{prefix}-{i}"
-            request = ClaimRequest(template=kit.template, claim_ref=ref, ttl_seconds=CLAIM_TTL)
             try:
-                grants[ref] = agent.claim(request)
-            except AgentApiError as error:
+                grants[ref] = claim(kit, agent, host, ref)
+            except LaneError:
                 release(kit, host, grants)
-                raise LaneError(f"claiming {ref} on {host.label} ({host.node}): {error}") from error
+                raise
     return grants
+
+
+def claim(kit: Kit, agent: AgentClient, host: Host, ref: str) -> ClaimGrant:
+    """One sandbox of the kit's template claimed as ``ref`` through ``host``'s agent."""
+    request = ClaimRequest(template=kit.template, claim_ref=ref, ttl_seconds=CLAIM_TTL)
+    try:
+        return agent.claim(request)
+    except AgentApiError as error:
+        raise LaneError(f"claiming {ref} on {host.label} ({host.node}): {error}") from error
 
 
 def release(kit: Kit, host: Host, grants: dict[str, ClaimGrant]) -> None:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from sandboxctl.agentapi import AgentApiError, ClaimGrant, ClaimRequest
+from sandboxctl.agentapi import ClaimGrant
 from sandboxctl.apiserver.e2b.ids import public_id
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Kit, Replica
-from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict
+from sandboxctl.lanes.model import Lane, Progress, Verdict
 
 SAMPLES = 6  # as the reference's
 CLAIM_ID = "sandbox.cocoonstack.io/claim-id"
@@ -197,12 +197,8 @@ class Resolution:
 
 
 def _claim(kit: Kit, host: Host, ref: str) -> ClaimGrant:
-    request = ClaimRequest(template=kit.template, claim_ref=ref, ttl_seconds=observe.CLAIM_TTL)
     with kit.agent(host) as agent:
-        try:
-            return agent.claim(request)
-        except AgentApiError as error:
-            raise LaneError(f"claiming {ref} on {host.node}: {error}") from error
+        return observe.claim(kit, agent, host, ref)
 
 
 def _asked(kit: Kit, host: Host) -> int:
