@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -260,8 +259,12 @@ class LocalKit:
                 local.publisher = self._publisher(local, stamp=True)
                 local.stamping = True
         start_all(self._parts(), HEAL_START)
-        bound = observe.heal_bound(self.windows)
-        progress.wait_for("every replica to list both hosts", self._both_listed, bound)
+        with observe.Clients(self) as clients:  # kept across the polls
+            progress.wait_for(
+                "every replica to list both hosts",
+                lambda: self._both_listed(clients),
+                observe.heal_bound(self.windows),
+            )
         progress.wait_for(
             f"the warm pool to hold {WARM_POOL_SIZE}",
             lambda: observe.pool_full(self, WARM_POOL_SIZE),
@@ -547,21 +550,11 @@ class LocalKit:
 
     # --- heal's checks -------------------------------------------------------------------
 
-    def listed(self, replica: Replica) -> list[dict[str, Any]]:
-        """The Sandbox API's list on one replica (every namespace)."""
-        with self.kube(replica) as client:
-            answer = client.get("/apis/agents.x-k8s.io/v1beta1/sandboxes")
-            answer.raise_for_status()
-            items: list[dict[str, Any]] = answer.json()["items"]
-            return items
-
-    def _both_listed(self) -> bool:
+    def _both_listed(self, clients: observe.Clients) -> bool:
+        both = {self.a.node, self.b.node}
         for replica in self.replicas:
-            try:
-                nodes = {item.get("status", {}).get("nodeName") for item in self.listed(replica)}
-            except httpx.HTTPError:
-                return False
-            if not {self.a.node, self.b.node} <= nodes:
+            listed = observe.try_listed(clients, replica)
+            if listed is None or not both <= set(listed.values()):
                 return False
         return True
 
