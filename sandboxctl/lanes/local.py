@@ -261,8 +261,8 @@ class LocalKit:
         start_all(self._parts(), HEAL_START)
         with observe.Clients(self) as clients:  # kept across the polls
             progress.wait_for(
-                "every replica to list both hosts",
-                lambda: self._both_listed(clients),
+                "every replica to list both hosts, and the same sandboxes",
+                lambda: self._settled(clients),
                 observe.heal_bound(self.windows),
             )
         progress.wait_for(
@@ -550,13 +550,18 @@ class LocalKit:
 
     # --- heal's checks -------------------------------------------------------------------
 
-    def _both_listed(self, clients: observe.Clients) -> bool:
+    def _settled(self, clients: observe.Clients) -> bool:
+        """Every replica lists both hosts, and every replica the same sandboxes: no write
+        through one replica is still pending in another's view (a sandbox one created and
+        another deleted), whose late event would land in the next scenario's watches."""
         both = {self.a.node, self.b.node}
+        lists = []
         for replica in self.replicas:
             listed = observe.try_listed(clients, replica)
             if listed is None or not both <= set(listed.values()):
                 return False
-        return True
+            lists.append(listed)
+        return all(listed == lists[0] for listed in lists)
 
 
 @contextlib.contextmanager
