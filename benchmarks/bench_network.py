@@ -36,7 +36,6 @@ import secrets
 import shutil
 import socket
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -50,9 +49,11 @@ from benchmarks.timing import Timing, measure
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.netpolicy import policy
+from sandboxctl.envd.host import Command, Entry
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime, sandbox_env
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.guestports import connect_inside
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from sandboxctl.testing.nethost import NetHost, net_host
@@ -222,15 +223,15 @@ def _throughput(agent: Agent, host: NetHost) -> Row:
     host.serve_tcp(target, SINK_PORT, mode="sink")
     record = agent.claim(ClaimRequest("base", network=policy(True)))
     argv = ["python3", "-c", SEND, target, str(SINK_PORT), str(THROUGHPUT_BYTES)]
-    inside = agent.runtime.enter_command(agent.spec(record), agent.identity(record), argv)
+    inside = agent.runtime.enter(agent.spec(record), agent.identity(record), Command(argv))
+    on_host = Entry(argv, entering.HOST_ENV, b"")
     rates: dict[str, list[float]] = {"sandbox": [], "host": []}
     ratios = []
     for pair in range(THROUGHPUT_PAIRS):
-        sides = [("sandbox", inside), ("host", argv)]
-        for label, command in sides if pair % 2 == 0 else reversed(sides):
-            done = subprocess.run(
-                command, env=sandbox_env(), capture_output=True, text=True, check=True
-            )
+        sides = [("sandbox", inside), ("host", on_host)]
+        for label, entry in sides if pair % 2 == 0 else reversed(sides):
+            done = entering.run(entry, text=True)
+            done.check_returncode()
             rates[label].append(THROUGHPUT_BYTES / float(done.stdout) / (1 << 20))
         ratios.append(rates["sandbox"][-1] / rates["host"][-1])
     agent.release(record.id)
@@ -254,10 +255,12 @@ def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
 
     record = agent.claim(ClaimRequest("base", ttl_seconds=600))
     for bind, port in (("0.0.0.0", 8000), ("127.0.0.1", 8001)):
-        server = agent.runtime.enter_command(
-            agent.spec(record), agent.identity(record), ["python3", "-c", GUEST, bind, str(port)]
+        server = agent.runtime.enter(
+            agent.spec(record),
+            agent.identity(record),
+            Command(["python3", "-c", GUEST, bind, str(port)]),
         )
-        guest = subprocess.Popen(server, env=sandbox_env(), start_new_session=True)
+        guest = entering.popen(server)
         stack.callback(guest.wait)
         stack.callback(guest.kill)
     source = MeshInventorySource([address], TOKEN, poll_interval=timedelta(seconds=0.2))

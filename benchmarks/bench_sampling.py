@@ -29,8 +29,10 @@ def run() -> Iterator[Row]:
         yield {"benchmark": "sampling", "case": "usage sample", "skipped": reason}
         return
     from sandboxctl.agentapi import ClaimRequest
+    from sandboxctl.envd.host import Command
+    from sandboxctl.sandboxd import entering
     from sandboxctl.sandboxd.agent import Agent, AgentSettings
-    from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime, sandbox_env
+    from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 
     state = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-sampling-", dir="/tmp"))
     state.chmod(0o711)
@@ -42,10 +44,12 @@ def run() -> Iterator[Row]:
     try:
         for _ in range(SANDBOXES):
             record = agent.claim(ClaimRequest(template="base"))
-            argv = agent.runtime.enter_command(
-                agent.spec(record), agent.identity(record), ["/bin/sh", "-c", "yes >/dev/null"]
+            entry = agent.runtime.enter(
+                agent.spec(record),
+                agent.identity(record),
+                Command(["/bin/sh", "-c", "yes >/dev/null"]),
             )
-            busy.append(subprocess.Popen(argv, env=sandbox_env(), start_new_session=True))
+            busy.append(entering.popen(entry))
         for _ in range(PASSES):
             agent.usage.sample_once()
         cost = agent.usage.cost

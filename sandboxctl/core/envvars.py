@@ -18,6 +18,11 @@ _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHOWN_NAME: Final = 64
 
 
+def is_variable_name(name: str) -> bool:
+    """Whether a shell can set ``name``: letters, digits and _, not starting with a digit."""
+    return _NAME.fullmatch(name) is not None
+
+
 def check_env(env: Mapping[str, str], field: str = "env") -> None:
     """Names a shell can use, values ``exec`` can pass, within the size bound.
 
@@ -29,7 +34,7 @@ def check_env(env: Mapping[str, str], field: str = "env") -> None:
     if encoded > MAX_ENV_BYTES:
         raise InvalidValueError(f"{field}: at most {MAX_ENV_BYTES} bytes")
     for name, value in env.items():
-        if not _NAME.fullmatch(name):
+        if not is_variable_name(name):
             shown = name if len(name) <= _SHOWN_NAME else name[:_SHOWN_NAME] + "..."
             raise InvalidValueError(
                 f"{field}: {shown!r} is not a variable name (letters, digits and _, "

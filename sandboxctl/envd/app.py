@@ -37,7 +37,7 @@ from sandboxctl.envd.connect import (
     stream_error_response,
 )
 from sandboxctl.envd.filesystem import FilesystemService
-from sandboxctl.envd.host import SANDBOX_USER, Sandboxes, SandboxUnavailable
+from sandboxctl.envd.host import SANDBOX_USER, BadCommand, Sandboxes, SandboxUnavailable
 from sandboxctl.envd.process import ProcessService
 from sandboxctl.envd.target import Target
 from sandboxctl.envd.watch import WatchService
@@ -87,8 +87,13 @@ def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
                 return await handler(request, target_of(request))
             except SandboxUnavailable as error:
                 return JSONResponse({"code": 502, "message": error.message}, status_code=502)
-            except ConnectError as error:
-                return failed(error) if rpc else files.error_reply(error)
+            except (ConnectError, BadCommand) as caught:
+                refusal = (
+                    caught
+                    if isinstance(caught, ConnectError)
+                    else ConnectError("invalid_argument", str(caught))
+                )
+                return failed(refusal) if rpc else files.error_reply(refusal)
             except Exception:
                 log.exception("envd %s %s", request.method, request.url.path)
                 return refuse(500, "internal", "internal error")

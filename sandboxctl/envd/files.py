@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from sandboxctl.envd.connect import STATUS, ConnectError
+from sandboxctl.envd.host import Command
 from sandboxctl.envd.multipart import Begin, Data, End, MultipartError, MultipartParser, boundary_of
 from sandboxctl.envd.target import Target, sandbox_path
 
@@ -47,7 +48,7 @@ def error_reply(error: ConnectError) -> JSONResponse:
 
 async def read_file(target: Target, request: Request) -> Response:
     path = sandbox_path(request.query_params.get("path"))
-    process = await target.spawn(["cat", "--", path])
+    process = await target.spawn(Command(["cat", "--", path]))
     assert process.stdout is not None
     assert process.stderr is not None
     first = await process.stdout.read(READ_BYTES)
@@ -137,7 +138,7 @@ class _Writer:
     @classmethod
     async def open(cls, target: Target, path: str) -> _Writer:
         argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path]
-        return cls(target, path, await target.spawn(argv, stdin=True))
+        return cls(target, path, await target.spawn(Command(argv, stdin="pipe")))
 
     async def write(self, data: bytes) -> None:
         if not data:

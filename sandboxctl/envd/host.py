@@ -10,10 +10,42 @@ the runtimes build their sandboxes to match.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 SANDBOX_USER = "user"
 SANDBOX_HOME = "/home/user"
+# What a command's stdin is: a pipe the caller writes to, /dev/null, or the terminal it
+# was given as its stdout and stderr.
+Stdin = Literal["pipe", "null", "terminal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command to run inside a sandbox, as a client asked for it: every field may be
+    hostile, so none of it may become an argument, variable or file of a host process."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the sandbox's own
+    cwd: str = SANDBOX_HOME
+    stdin: Stdin = "null"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """How the host starts a :class:`Command`: ``argv`` and ``env`` are the runtime's own
+    fixed text and carry nothing of the command. The command itself is ``script``, which
+    the caller writes to the process's stdin first (before any input of its own): the
+    shell that reads it runs inside the sandbox, as the sandbox's uid."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    script: bytes
+
+
+class BadCommand(ValueError):
+    """A command that cannot be passed on as it is (a NUL byte, text that is not
+    UTF-8, a variable name a shell cannot set); the message names the field only."""
 
 
 class SandboxUnavailable(Exception):
@@ -39,12 +71,9 @@ class RunningSandbox(Protocol):
         """The env vars of the sandbox's claim, set for every command under its own."""
         ...
 
-    def enter_command(self, argv: Sequence[str]) -> list[str]:
-        """The host command line that runs ``argv`` inside the sandbox (may block)."""
-        ...
-
-    def process_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        """The whole environment to spawn that command line with, ``extra`` on top."""
+    def enter(self, command: Command) -> Entry:
+        """How to start ``command`` inside the sandbox, the claim's env under its own
+        (may block; BadCommand for a command that cannot be passed on)."""
         ...
 
     def entered(self, leader: int) -> tuple[int, int] | None:

@@ -3,7 +3,9 @@
 Each sandbox has a table of its running processes, keyed by each command's pid inside
 the sandbox (what ``ps`` and ``$$`` show there). A process's output goes to every stream
 attached to it (the ``Start`` that made it and any ``Connect``); output sent while no
-stream listens is lost, as upstream.
+stream listens is lost, as upstream. Output is read only as fast as the slowest of those
+streams takes it (``outlet``): a client that does not read makes the command wait on its
+writes, and never grows the agent.
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ import signal as signals
 import struct
 import termios
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sandboxctl.envd.connect import ConnectError, end_of_stream, envelope
 from sandboxctl.envd.connect import field as get
+from sandboxctl.envd.host import Command
+from sandboxctl.envd.outlet import Outlet
 from sandboxctl.envd.target import HOME, Target, sandbox_path
 
 log = logging.getLogger("sandboxctl.envd")
 
 KEEPALIVE_SECONDS = 30.0
 DEADLINE_SLACK = 0.5  # a stream cut this close to its deadline counts as timed out
-DRAIN_SECONDS = 1.0  # after the command exits, how long its output may still arrive
+# After the command exits, how long a silent pipe is still read (a child may hold it).
+DRAIN_SECONDS = 1.0
 READ_BYTES = 64 << 10
 MAX_LOGGED_COMMAND = 200  # characters of a command line in the sandbox's log
 SIGNALS = {
@@ -42,15 +47,8 @@ SIGNALS = {
     15: signals.SIGTERM,
 }
 Event = dict[str, Any]
+T = TypeVar("T")
 DEFAULT_PTY_SIZE = (24, 80)  # rows, cols
-# cd inside the sandbox, so a missing cwd is the command's own error. With a pty the
-# command gets a session of its own with the pty as its controlling terminal (setsid -c,
-# where the sandbox has it), so that Ctrl-C and a resize reach its foreground job.
-SHELL = 'cd -- "$1" && shift && exec "$@"'
-TERMINAL_SHELL = (
-    'cd -- "$1" && shift && '
-    'if command -v setsid >/dev/null 2>&1; then exec setsid -c "$@"; fi; exec "$@"'
-)
 
 
 @dataclass(eq=False)
@@ -62,19 +60,29 @@ class Proc:
     target: Target
     terminal: int | None = None  # the pty's controller fd: the command's input and output
     session: int | None = None  # with a pty: the command's host pid, its own session
-    listeners: set[asyncio.Queue[Event]] = field(default_factory=set)
+    listeners: set[Outlet[Event]] = field(default_factory=set)
     end: Event | None = None
 
-    def listen(self) -> asyncio.Queue[Event]:
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+    def listen(self) -> Outlet[Event]:
+        outlet: Outlet[Event] = Outlet()
         if self.end is not None:
-            queue.put_nowait(self.end)
-        self.listeners.add(queue)
-        return queue
+            outlet.put_last(self.end)
+        self.listeners.add(outlet)
+        return outlet
 
-    def publish(self, event: Event) -> None:
-        for queue in self.listeners:
-            queue.put_nowait(event)
+    def unlisten(self, outlet: Outlet[Event]) -> None:
+        self.listeners.discard(outlet)
+        outlet.close()
+
+    async def publish(self, event: Event) -> None:
+        """Hand ``event`` to every stream, waiting for room in each."""
+        for outlet in list(self.listeners):
+            await outlet.put(event)
+
+    def finish(self, end: Event) -> None:
+        self.end = end
+        for outlet in self.listeners:
+            outlet.put_last(end)
 
     def info(self) -> dict[str, Any]:
         info: dict[str, Any] = {"config": self.config, "pid": self.pid}
@@ -108,38 +116,29 @@ class ProcessService:
         stdin = bool(get(request, "stdin", False))
         pty = get(request, "pty")
         size = _pty_size(pty) if pty is not None else None
-        shell = SHELL if size is None else TERMINAL_SHELL
-        argv = ["/bin/sh", "-c", shell, "sh", cwd, cmd, *args]
-        # The sandbox's env from its claim, under the request's own (as upstream envd)
-        env = {**target.env, **envs}
+        command = Command([cmd, *args], envs, cwd, "pipe" if stdin else "null")
         terminal = None
         if size is None:
-            process = await target.spawn(argv, env=env, stdin=stdin)
+            started = await target.start(command)
         else:
             terminal, follower = os.openpty()
             try:
                 _set_size(terminal, size)
                 os.set_blocking(terminal, False)
-                process = await target.spawn(argv, env=env, terminal=follower)
+                started = await target.start(command, terminal=follower)
             except BaseException:
-                os.close(terminal)
+                os.close(terminal)  # a command already on it gets SIGHUP
                 raise
             finally:
                 os.close(follower)  # the command holds it: its exit ends the output
+        process, host_pid, pid = started.process, started.host_pid, started.pid
         shown = {"cmd": cmd, "args": args, "envs": envs, "cwd": cwd}
         tag = get(request, "tag")
-        try:
-            host_pid, pid = await target.entered(process)
-        except BaseException:  # the caller hung up before the command had started
-            target.kill_soon(process)
-            if terminal is not None:
-                os.close(terminal)  # a command already on it gets SIGHUP
-            raise
         proc = Proc(pid, shown, str(tag) if tag is not None else None, process, target)
-        command = shlex.join([cmd, *args])
-        if len(command) > MAX_LOGGED_COMMAND:
-            command = command[:MAX_LOGGED_COMMAND] + "..."
-        target.log(f"process {pid} started: {command}", pid=str(pid))
+        line = shlex.join([cmd, *args])
+        if len(line) > MAX_LOGGED_COMMAND:
+            line = line[:MAX_LOGGED_COMMAND] + "..."
+        target.log(f"process {pid} started: {line}", pid=str(pid))
         if terminal is not None:
             proc.terminal, proc.session = terminal, host_pid
         queue = proc.listen()
@@ -158,7 +157,7 @@ class ProcessService:
     async def _events(
         self,
         proc: Proc,
-        queue: asyncio.Queue[Event],
+        queue: Outlet[Event],
         deadline: float | None,
         kill_on_deadline: bool,
     ) -> AsyncIterator[bytes]:
@@ -186,7 +185,7 @@ class ProcessService:
                     yield end_of_stream()
                     return
         finally:
-            proc.listeners.discard(queue)
+            proc.unlisten(queue)
             # the client may give up at its deadline a moment before we notice ours
             near = deadline is not None and time.monotonic() >= deadline - DEADLINE_SLACK
             if kill_on_deadline and near:
@@ -196,23 +195,20 @@ class ProcessService:
         """Publish the command's output, then its end; forget it once it has ended."""
         process = proc.process
         if proc.terminal is not None:
-            readers = [asyncio.create_task(self._read_terminal(proc, proc.terminal))]
+            fd = proc.terminal
+            readers = [_Reader(lambda reader: self._read_terminal(proc, fd, reader))]
         else:
             readers = [
-                asyncio.create_task(self._read(proc, process.stdout, "stdout")),
-                asyncio.create_task(self._read(proc, process.stderr, "stderr")),
+                _Reader(lambda reader: self._read(proc, process.stdout, "stdout", reader)),
+                _Reader(lambda reader: self._read(proc, process.stderr, "stderr", reader)),
             ]
         try:
             status = await process.wait()
-            # a child that kept the pipes open must not hold the end event back forever
-            _, pending = await asyncio.wait(readers, timeout=DRAIN_SECONDS)
-            for task in pending:
-                task.cancel()
+            await _drain(readers)
             end: Event = {"exited": status >= 0, "status": _status(status)}
             if status != 0:
                 end["exitCode"] = status if status >= 0 else -1
-            proc.end = {"end": end}
-            proc.publish(proc.end)
+            proc.finish({"end": end})
             code = str(end.get("exitCode", 0))
             proc.target.log(
                 f"process {proc.pid} exited with code {code} ({end['status']})",
@@ -222,13 +218,12 @@ class ProcessService:
             )
         except Exception:
             log.exception("process %d in %s", proc.pid, proc.target.id)
-            proc.end = {"end": {"exitCode": -1, "status": "error", "error": "internal error"}}
-            proc.publish(proc.end)
+            proc.finish({"end": {"exitCode": -1, "status": "error", "error": "internal error"}})
         finally:
-            for task in readers:
-                task.cancel()
+            for reader in readers:
+                reader.task.cancel()
             if proc.terminal is not None:
-                await asyncio.wait(readers)  # each stops watching the fd before it closes
+                await asyncio.wait([r.task for r in readers])  # it stops watching the fd
                 os.close(proc.terminal)  # a job still holding the pty gets SIGHUP
             table = self._tables.get(proc.target.id, {})
             if table.get(proc.pid) is proc:
@@ -237,20 +232,22 @@ class ProcessService:
                 self._tables.pop(proc.target.id, None)
 
     @staticmethod
-    async def _read(proc: Proc, stream: asyncio.StreamReader | None, name: str) -> None:
+    async def _read(
+        proc: Proc, stream: asyncio.StreamReader | None, name: str, reader: _Reader
+    ) -> None:
         if stream is None:
             return
-        while chunk := await stream.read(READ_BYTES):
-            proc.publish({"data": {name: base64.b64encode(chunk).decode()}})
+        while chunk := await reader.waiting(stream.read(READ_BYTES)):
+            await proc.publish({"data": {name: base64.b64encode(chunk).decode()}})
 
     @staticmethod
-    async def _read_terminal(proc: Proc, fd: int) -> None:
+    async def _read_terminal(proc: Proc, fd: int, reader: _Reader) -> None:
         loop = asyncio.get_running_loop()
         readable = asyncio.Event()
         loop.add_reader(fd, readable.set)
         try:
             while True:
-                await readable.wait()
+                await reader.waiting(readable.wait())
                 readable.clear()
                 try:
                     chunk = os.read(fd, READ_BYTES)
@@ -260,7 +257,7 @@ class ProcessService:
                     return
                 if not chunk:
                     return
-                proc.publish({"data": {"pty": base64.b64encode(chunk).decode()}})
+                await proc.publish({"data": {"pty": base64.b64encode(chunk).decode()}})
         finally:
             loop.remove_reader(fd)
 
@@ -379,6 +376,36 @@ class ProcessService:
             for proc in list(table.values()):
                 with contextlib.suppress(Exception):
                     await proc.target.kill(proc.process, proc.session)
+
+
+class _Reader:
+    """A task reading one of a command's outputs, and since when it has waited on the
+    command (``None`` while it waits for a stream to take what it read)."""
+
+    def __init__(self, read: Callable[[_Reader], Coroutine[Any, Any, None]]) -> None:
+        self.idle_since: float | None = None
+        self.task = asyncio.get_running_loop().create_task(read(self))
+
+    async def waiting(self, read: Awaitable[T]) -> T:
+        self.idle_since = time.monotonic()
+        try:
+            return await read
+        finally:
+            self.idle_since = None
+
+
+async def _drain(readers: list[_Reader]) -> None:
+    """Once the command has exited: wait for its outputs to end, for as long as streams
+    are still taking what was read, but let go of a pipe that stays silent for
+    DRAIN_SECONDS (a child of the command still holds it)."""
+    exited = time.monotonic()
+    while pending := [r for r in readers if not r.task.done()]:
+        await asyncio.wait([r.task for r in pending], timeout=DRAIN_SECONDS / 4)
+        now = time.monotonic()
+        for reader in pending:
+            idle = reader.idle_since
+            if idle is not None and now - max(idle, exited) >= DRAIN_SECONDS:
+                reader.task.cancel()
 
 
 def _pty_size(pty: Any) -> tuple[int, int]:

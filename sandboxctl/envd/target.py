@@ -7,16 +7,15 @@ import contextlib
 import os
 import posixpath
 import signal
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from sandboxctl.envd.connect import ConnectError
-from sandboxctl.envd.host import SANDBOX_HOME, RunningSandbox
+from sandboxctl.envd.host import SANDBOX_HOME, Command, RunningSandbox, SandboxUnavailable
 
 HOME = SANDBOX_HOME
-# How long a command may take to appear inside a (loaded) sandbox before the pid of the
-# process spawned on the host is reported in place of its own.
-ENTER_SECONDS = 5.0
+# How long a command may take to appear inside a (loaded) sandbox.
+ENTER_SECONDS = 10.0
 ENTER_POLL_SECONDS = 0.001
 _TASKS: set[asyncio.Task[None]] = set()
 
@@ -29,39 +28,49 @@ class Target:
     def id(self) -> str:
         return self.sandbox.id
 
-    @property
-    def env(self) -> Mapping[str, str]:
-        """The sandbox's env vars from its claim."""
-        return self.sandbox.env
-
     def log(self, message: str, level: str = "info", **fields: str) -> None:
         self.sandbox.log(message, level, **fields)
 
     async def spawn(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        stdin: bool = False,
-        terminal: int | None = None,
+        self, command: Command, terminal: int | None = None
     ) -> asyncio.subprocess.Process:
-        """Start ``argv`` inside the sandbox, in a session of its own; with ``terminal``
-        (a pty's follower fd) as its stdin, stdout and stderr."""
-        command = await asyncio.to_thread(self.sandbox.enter_command, list(argv))
-        pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
-        return await asyncio.create_subprocess_exec(
-            *command,
-            stdin=terminal if terminal is not None else pipe if stdin else devnull,
+        """Start ``command`` inside the sandbox, in a session of its own; with
+        ``terminal`` (a pty's follower fd) as its stdin, stdout and stderr. Raises
+        SandboxUnavailable when the sandbox is gone, BadCommand for a command the
+        runtime cannot pass on."""
+        return (await self._spawn(command, terminal, wait_entered=False)).process
+
+    async def start(self, command: Command, terminal: int | None = None) -> Started:
+        """``spawn``, letting the command run only once it is inside the sandbox, so that
+        its pid there is known even if it ends at once."""
+        return await self._spawn(command, terminal, wait_entered=True)
+
+    async def _spawn(self, command: Command, terminal: int | None, wait_entered: bool) -> Started:
+        if terminal is not None:
+            command = replace(command, stdin="terminal")
+        entry = await asyncio.to_thread(self.sandbox.enter, command)
+        pipe = asyncio.subprocess.PIPE
+        process = await asyncio.create_subprocess_exec(
+            *entry.argv,
+            stdin=pipe,  # the entry's script first, then the command's own input if any
             stdout=terminal if terminal is not None else pipe,
             stderr=terminal if terminal is not None else pipe,
-            env=self.sandbox.process_env(env),
+            env=dict(entry.env),
             start_new_session=True,
         )
+        try:
+            host_pid = pid = process.pid
+            if wait_entered:
+                host_pid, pid = await self._entered(process)
+            await _write_script(process, entry.script, keep_open=command.stdin == "pipe")
+        except BaseException:  # also the caller hanging up, whose cancellation would
+            self.kill_soon(process)  # interrupt an await here
+            raise
+        return Started(process, host_pid, pid)
 
-    async def entered(self, process: asyncio.subprocess.Process) -> tuple[int, int]:
-        """(host pid, pid inside the sandbox) of a command ``spawn`` started, once it is
-        there: the pid ``ps`` and ``$$`` show in the sandbox. Until then a signal would
-        find nothing to signal. A command that ends before it is seen, and a runtime
-        without pid namespaces, give the pid of the process spawned on the host."""
+    async def _entered(self, process: asyncio.subprocess.Process) -> tuple[int, int]:
+        """(host pid, pid inside the sandbox) of a command just spawned, once it is there,
+        waiting for its script: the pid ``ps`` and ``$$`` show in the sandbox."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ENTER_SECONDS
         while process.returncode is None and loop.time() < deadline:
@@ -69,13 +78,18 @@ class Target:
             if found is not None:
                 return found
             await asyncio.sleep(ENTER_POLL_SECONDS)
-        return process.pid, process.pid
+        if process.returncode is None:
+            raise ConnectError(
+                "unavailable", f"the command did not start within {ENTER_SECONDS:g}s"
+            )
+        raise SandboxUnavailable(self.id)
 
     async def run(
         self, argv: Sequence[str], stdin: bytes | None = None
     ) -> tuple[int, bytes, bytes]:
         """Run ``argv`` inside the sandbox to completion: (exit status, stdout, stderr)."""
-        process = await self.spawn(argv, stdin=stdin is not None)
+        command = Command(argv, stdin="pipe" if stdin is not None else "null")
+        process = await self.spawn(command)
         try:
             out, err = await process.communicate(stdin)
         except BaseException:
@@ -106,6 +120,31 @@ class Target:
         if session is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(session, sig)
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A command ``Target.start`` started: the process spawned on the host (what is
+    signalled and waited for), the command's own host pid, and its pid inside the
+    sandbox (what the client sees)."""
+
+    process: asyncio.subprocess.Process
+    host_pid: int
+    pid: int
+
+
+async def _write_script(
+    process: asyncio.subprocess.Process, script: bytes, keep_open: bool
+) -> None:
+    stdin = process.stdin
+    assert stdin is not None
+    try:
+        stdin.write(script)
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        return  # it ended before reading it: its exit status says why
+    if not keep_open:
+        stdin.close()
 
 
 def sandbox_path(path: str | None, default: str | None = None) -> str:

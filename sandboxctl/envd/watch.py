@@ -14,6 +14,8 @@ from typing import Any
 
 from sandboxctl.envd.connect import ConnectError, end_of_stream, envelope
 from sandboxctl.envd.connect import field as get
+from sandboxctl.envd.host import Command
+from sandboxctl.envd.outlet import Outlet
 from sandboxctl.envd.target import Target, sandbox_path
 
 KEEPALIVE_SECONDS = 30.0
@@ -79,7 +81,7 @@ class Watcher:
     target: Target
     process: asyncio.subprocess.Process
     events: list[dict[str, Any]] = field(default_factory=list)
-    listeners: set[asyncio.Queue[dict[str, Any] | None]] = field(default_factory=set)
+    listeners: set[Outlet[dict[str, Any] | None]] = field(default_factory=set)
     reader: asyncio.Task[None] | None = None
     done: bool = False
 
@@ -93,12 +95,12 @@ class Watcher:
                     continue
                 if len(self.events) < MAX_PENDING_EVENTS:
                     self.events.append(event)
-                for queue in self.listeners:
-                    queue.put_nowait(event)
+                for outlet in list(self.listeners):
+                    await outlet.put(event)  # a stream that does not read holds the helper
         finally:
             self.done = True
-            for queue in self.listeners:
-                queue.put_nowait(None)
+            for outlet in self.listeners:
+                outlet.put_last(None)
 
 
 class WatchService:
@@ -109,7 +111,7 @@ class WatchService:
         path = sandbox_path(get(request, "path"))
         recursive = "1" if get(request, "recursive", False) else "0"
         argv = ["python3", "-I", "-S", "-u", "-c", HELPER, path, recursive]
-        process = await target.spawn(argv)
+        process = await target.spawn(Command(argv))
         assert process.stdout is not None
         first = await process.stdout.readline()
         try:
@@ -151,13 +153,13 @@ class WatchService:
         self, target: Target, request: dict[str, Any], deadline: float | None
     ) -> AsyncIterator[bytes]:
         watcher = await self._open(target, request)
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        watcher.listeners.add(queue)
-        return self._stream(watcher, queue, deadline)
+        outlet: Outlet[dict[str, Any] | None] = Outlet()
+        watcher.listeners.add(outlet)
+        return self._stream(watcher, outlet, deadline)
 
     @staticmethod
     async def _stream(
-        watcher: Watcher, queue: asyncio.Queue[dict[str, Any] | None], deadline: float | None
+        watcher: Watcher, outlet: Outlet[dict[str, Any] | None], deadline: float | None
     ) -> AsyncIterator[bytes]:
         try:
             yield envelope({"start": {}})
@@ -169,7 +171,7 @@ class WatchService:
                         yield end_of_stream(ConnectError("deadline_exceeded", "deadline exceeded"))
                         return
                 try:
-                    event = await asyncio.wait_for(queue.get(), wait)
+                    event = await asyncio.wait_for(outlet.get(), wait)
                 except TimeoutError:
                     yield envelope({"keepalive": {}})
                     continue
@@ -178,4 +180,6 @@ class WatchService:
                     return
                 yield envelope({"filesystem": event})
         finally:
+            watcher.listeners.discard(outlet)
+            outlet.close()
             watcher.target.kill_soon(watcher.process)

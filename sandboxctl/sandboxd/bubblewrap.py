@@ -52,26 +52,31 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import select
 import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sandboxctl.envd.host import SANDBOX_HOME, SANDBOX_USER
+from sandboxctl.envd.host import SANDBOX_HOME, SANDBOX_USER, Command, Entry
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.cgroups import Cgroups, CgroupUsage, join_command
+from sandboxctl.sandboxd.entering import (
+    DEFAULT_PATH,
+    FAILED_TO_ENTER,
+    HOST_ENV,
+    command_script,
+    shim_argv,
+)
 from sandboxctl.sandboxd.runtime import Identity, Limits, RuntimeFailure, SandboxSpec
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 FREEZE_TIMEOUT = 5.0
-READY_SCRIPT = "printf R; exec sleep infinity >/dev/null"  # stdout: the readiness pipe
-FAILED_TO_ENTER = 125  # exit status of an enter command that found no sandbox to enter
 RUN_BYTES = 1 << 20  # /run: a few pid and lock files at most
 # What a template's root must hold for bwrap to mount over (or bind onto) it.
 MOUNT_POINTS = ("proc", "dev", "tmp", "home", "etc/passwd", "etc/group")
@@ -85,23 +90,17 @@ INSTALL_HINTS = {
 }
 
 
-def sandbox_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean environment for a process inside a sandbox.
+def open_files(limits: Limits) -> int:
+    """Open files per process of a sandbox: its size class's, or less when the agent's
+    own hard limit is lower (a process may lower its limit, never raise it)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return limits.open_files if hard == resource.RLIM_INFINITY else min(limits.open_files, hard)
 
-    ``enter_command`` does not set one: nsenter keeps the caller's environment, so the
-    caller passes this (plus its own variables) as ``env=`` to ``Popen``. Never pass
-    the agent's own environment into a sandbox.
-    """
-    env = {
-        "PATH": DEFAULT_PATH,
-        "HOME": SANDBOX_HOME,
-        "USER": SANDBOX_USER,
-        "LOGNAME": SANDBOX_USER,
-        "SHELL": "/bin/sh",
-        "LANG": "C.UTF-8",
-    }
-    env.update(extra or {})
-    return env
+
+def ready_script(limits: Limits) -> str:
+    """The sandbox's init: at most its open files, then ``R`` on stdout (the readiness
+    pipe), then sleep for good."""
+    return f"ulimit -n {open_files(limits)}; printf R; exec sleep infinity >/dev/null"
 
 
 def find_tools(names: Sequence[str]) -> dict[str, str]:
@@ -397,7 +396,7 @@ class BubblewrapRuntime:
         try:
             result = subprocess.run(
                 probe,
-                env=sandbox_env(),
+                env=dict(HOST_ENV),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -455,7 +454,7 @@ class BubblewrapRuntime:
             "--",
             "/bin/sh",
             "-c",
-            READY_SCRIPT,
+            ready_script(spec.limits),
         ]
         setpriv = [
             self._tools["setpriv"],
@@ -516,7 +515,7 @@ class BubblewrapRuntime:
                     stdout=ready_w,
                     stderr=err_w,
                     cwd="/",
-                    env=sandbox_env(),
+                    env=dict(HOST_ENV),
                 )
             finally:
                 for fd in (info_w, ready_w, err_w):
@@ -599,22 +598,20 @@ class BubblewrapRuntime:
         finally:
             self._launchers.reap()
 
-    def enter_command(
-        self, spec: SandboxSpec, identity: Identity, argv: Sequence[str]
-    ) -> list[str]:
-        """``argv`` inside the sandbox: its cgroups, all its namespaces, its uid and gid
-        (no supplementary groups, NoNewPrivs, no capabilities), cwd /home/user.
+    def enter(self, spec: SandboxSpec, identity: Identity, command: Command) -> Entry:
+        """``command`` inside the sandbox: its cgroups, all its namespaces, its uid and gid
+        (no supplementary groups, NoNewPrivs, no capabilities), its open-files limit.
 
-        The environment is the caller's: pass ``sandbox_env()`` as ``env=``. nsenter
-        forks ``argv`` into the pid namespace and waits for it (exiting with its
-        status, or by its signal), but does not forward signals: start it with
-        ``start_new_session=True`` and signal it with ``signal_entered``. The command
+        The host chain (``/bin/sh`` joining the cgroups, setpriv, nsenter) is fixed text
+        with ``HOST_ENV``: the command reaches the sandbox as the entry's script
+        (``entering``). nsenter forks the shim into the pid namespace and waits for it
+        (exiting with its status, or by its signal), but does not forward signals: start
+        it with ``start_new_session=True`` and signal it with ``signal_entered``. It
         refuses to run (exit 125) when, by the time it runs, the sandbox's init is gone
         or its pid is another process's (checked by pid namespace inode) or, with
         cgroups, the sandbox has been destroyed.
         """
-        if not argv:
-            raise RuntimeFailure("enter_command: empty argv")
+        script = command_script(command, open_files=open_files(spec.limits))
         self._require_alive(spec, identity)
         pid = identity.pid
         nsenter = [
@@ -634,7 +631,7 @@ class BubblewrapRuntime:
             "-G",
             str(spec.uid),
             "--",
-            *argv,
+            *shim_argv(),
         ]
         # setpriv drops root's supplementary groups (nsenter cannot: setgroups is
         # denied inside the user namespace) and sets NoNewPrivs before nsenter runs.
@@ -646,18 +643,20 @@ class BubblewrapRuntime:
             f"exit {FAILED_TO_ENTER}; }}"
         )
         if self._use_cgroups:
-            return join_command(
+            argv = join_command(
                 self._cgroups.procs_files(spec.id),
                 [*setpriv, *nsenter],
                 guard=guard,
                 best_effort=self._cgroups.accounting_files(spec.id),
             )
-        limited = [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *nsenter]
-        return join_command([], limited, guard=guard)
+        else:
+            limited = [*prlimit_args(self._tools["prlimit"], spec.limits), *setpriv, *nsenter]
+            argv = join_command([], limited, guard=guard)
+        return Entry(argv, HOST_ENV, script)
 
     @staticmethod
     def entered(identity: Identity, leader: int) -> tuple[int, int] | None:
-        """(host pid, pid inside the sandbox) of the command ``enter_command`` started as
+        """(host pid, pid inside the sandbox) of the command ``enter`` started as
         ``leader`` (nsenter forks it into the sandbox's pid namespace; before that the
         leader's shell forks for its guard, outside); None until it is there, and once
         it has been reaped."""
@@ -669,7 +668,7 @@ class BubblewrapRuntime:
 
     @staticmethod
     def signal_entered(pgid: int, sig: int) -> None:
-        """Signal a command started from ``enter_command`` in a session of its own
+        """Signal a command started from ``enter`` in a session of its own
         (``pgid`` is the pid the caller spawned): every process of its group except the
         group leader, nsenter, which exits by itself once its child has.
 
@@ -744,7 +743,7 @@ def stop_namespace(pid_namespace: int, timeout: float) -> None:
 def continue_namespace(pid_namespace: int) -> None:
     """SIGCONT every process of a pid namespace, and every stopped parent outside it.
 
-    Those parents are nsenter processes of ``enter_command``: nsenter stops itself when
+    Those parents are nsenter processes of ``enter``: nsenter stops itself when
     its child stops, and is not in the namespace. Left stopped, it would never reap its
     child, and a killed namespace init waits for exactly that before it exits.
     """

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from sandboxctl.envd.host import RunningSandbox, SandboxUnavailable
+from sandboxctl.envd.host import Command, Entry, RunningSandbox, SandboxUnavailable
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.errors import NoSuchSandbox
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
@@ -55,14 +54,13 @@ class RuntimeSandbox:
     def env(self) -> Mapping[str, str]:
         return self.spec.env
 
-    def enter_command(self, argv: Sequence[str]) -> list[str]:
+    def enter(self, command: Command) -> Entry:
+        # The claim's variables under the command's own, as upstream envd sets them.
+        command = replace(command, env={**self.spec.env, **command.env})
         try:
-            return self.runtime.enter_command(self.spec, self.identity, argv)
+            return self.runtime.enter(self.spec, self.identity, command)
         except RuntimeFailure:  # its init is gone: dead, and not yet cleaned up
             raise SandboxUnavailable(self.spec.id) from None
-
-    def process_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        return sandbox_env(extra)
 
     def entered(self, leader: int) -> tuple[int, int] | None:
         # Only runtimes with a pid namespace can tell; in the others the leader is the

@@ -9,12 +9,13 @@ event loop.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.envd.host import Command, Entry
 
 
 class Size(enum.StrEnum):
@@ -30,6 +31,7 @@ class Limits:
     max_processes: int
     tmp_bytes: int  # /tmp, and /dev/shm as much again
     home_bytes: int  # /home/user
+    open_files: int  # per process (RLIMIT_NOFILE); all of them together are memory
 
 
 # The writable tmpfs (home, /tmp, /dev/shm) are memory: together at most the memory limit,
@@ -41,6 +43,7 @@ SIZE_LIMITS: Mapping[Size, Limits] = {
         max_processes=256,
         tmp_bytes=64 << 20,
         home_bytes=256 << 20,
+        open_files=4096,
     ),
     Size.MEDIUM: Limits(
         cpu_count=2,
@@ -48,6 +51,7 @@ SIZE_LIMITS: Mapping[Size, Limits] = {
         max_processes=512,
         tmp_bytes=256 << 20,
         home_bytes=1 << 30,
+        open_files=8192,
     ),
     Size.LARGE: Limits(
         cpu_count=4,
@@ -55,6 +59,7 @@ SIZE_LIMITS: Mapping[Size, Limits] = {
         max_processes=1024,
         tmp_bytes=1 << 30,
         home_bytes=4 << 30,
+        open_files=16384,
     ),
 }
 
@@ -119,11 +124,12 @@ class Runtime(Protocol):
         """Kill every process, release kernel objects; idempotent, also for a dead one."""
         ...
 
-    def enter_command(
-        self, spec: SandboxSpec, identity: Identity, argv: Sequence[str]
-    ) -> list[str]:
-        """The host command line that runs ``argv`` inside the sandbox: its namespaces,
-        its uid, its limits, cwd /home/user. The caller spawns and owns that process."""
+    def enter(self, spec: SandboxSpec, identity: Identity, command: Command) -> Entry:
+        """How the host starts ``command`` inside the sandbox: its namespaces, its uid,
+        its limits. The entry's command line and environment carry nothing of
+        ``command`` (see ``entering``); the caller spawns and owns the process and
+        writes the entry's script to its stdin first. BadCommand for a command that
+        cannot be passed on."""
         ...
 
     def host_path(self, spec: SandboxSpec, identity: Identity, path: str) -> Path:

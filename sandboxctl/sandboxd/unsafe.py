@@ -14,28 +14,28 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-from sandboxctl.envd.host import SANDBOX_HOME
+from sandboxctl.envd.host import SANDBOX_HOME, Command, Entry
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.bubblewrap import (
     FREEZE_TIMEOUT,
     LAUNCHERS,
-    READY_SCRIPT,
     START_TIMEOUT,
     STOP_TIMEOUT,
     check_path,
     find_tools,
     kill_uid,
     make_home,
+    open_files,
     prlimit_args,
     read_available,
     read_some,
+    ready_script,
     remove_home,
-    sandbox_env,
     stop_all,
 )
+from sandboxctl.sandboxd.entering import HOST_ENV, command_script, shim_argv
 from sandboxctl.sandboxd.runtime import Identity, RuntimeFailure, SandboxSpec
 
 WARNING = (
@@ -88,14 +88,14 @@ class UnsafeProcessRuntime:
                         *self._as_uid(spec),
                         "/bin/sh",
                         "-c",
-                        READY_SCRIPT,
+                        ready_script(spec.limits),
                     ],
                     start_new_session=True,
                     stdin=subprocess.DEVNULL,
                     stdout=ready_w,
                     stderr=err_w,
                     cwd=spec.home,
-                    env=self._env(spec),
+                    env={**HOST_ENV, **self._home_env(spec)},
                 )
             finally:
                 os.close(ready_w)
@@ -143,17 +143,18 @@ class UnsafeProcessRuntime:
         finally:
             self._launchers.reap()
 
-    def enter_command(
-        self, spec: SandboxSpec, identity: Identity, argv: Sequence[str]
-    ) -> list[str]:
-        """``argv`` as the sandbox uid, under its rlimits, cwd the host home directory
-        (not /home/user), with HOME and TMPDIR pointing into it (overriding the
-        caller's, which otherwise passes through)."""
-        if not argv:
-            raise RuntimeFailure("enter_command: empty argv")
+    def enter(self, spec: SandboxSpec, identity: Identity, command: Command) -> Entry:
+        """``command`` as the sandbox uid, under its rlimits, with HOME and TMPDIR in its
+        home directory (over the command's own); its cwd is mapped as ``host_path``
+        maps paths (``/home/user`` is the home directory)."""
         self._require_alive(spec, identity)
-        script = f'cd -- "$0" || exit 125; export HOME="$0" TMPDIR="$0/{TMP_DIR}"; exec "$@"'
-        return [*self._as_uid(spec), "/bin/sh", "-c", script, str(spec.home), *argv]
+        script = command_script(
+            command,
+            cwd=str(self.host_path(spec, identity, command.cwd)),
+            overrides=self._home_env(spec),
+            open_files=open_files(spec.limits),
+        )
+        return Entry([*self._as_uid(spec), *shim_argv()], HOST_ENV, script)
 
     def host_path(self, spec: SandboxSpec, identity: Identity, path: str) -> Path:
         """/home/user/... is the home directory, /tmp/... is HOME/.tmp/..., and any
@@ -180,8 +181,8 @@ class UnsafeProcessRuntime:
             "--",
         ]
 
-    def _env(self, spec: SandboxSpec) -> dict[str, str]:
-        return sandbox_env({"HOME": str(spec.home), "TMPDIR": str(spec.home / TMP_DIR)})
+    def _home_env(self, spec: SandboxSpec) -> dict[str, str]:
+        return {"HOME": str(spec.home), "TMPDIR": str(spec.home / TMP_DIR)}
 
     def _require_alive(self, spec: SandboxSpec, identity: Identity) -> None:
         if not procfs.matches(identity):

@@ -1,19 +1,21 @@
 """envd over stand-ins for the agent: it needs only the protocol of ``envd.host``, so no
-agent, runtime or root is involved here."""
+agent, runtime or root is involved here. The stand-in runs commands through the real
+shim of ``sandboxd.entering``, as plain host processes."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import httpx
 
 from sandboxctl.envd.app import create_envd_app
-from sandboxctl.envd.host import RunningSandbox, SandboxUnavailable
+from sandboxctl.envd.host import Command, Entry, RunningSandbox, SandboxUnavailable
 from sandboxctl.envd.target import Target
+from sandboxctl.sandboxd import entering
 from tests.apiserver.helpers import serving
 
 
@@ -26,11 +28,9 @@ class HostProcess:
     signals: list[tuple[int, int]] = field(default_factory=list)
     logged: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
-    def enter_command(self, argv: Sequence[str]) -> list[str]:
-        return list(argv)
-
-    def process_env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
-        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(extra or {})}
+    def enter(self, command: Command) -> Entry:
+        command = replace(command, env={**self.env, **command.env}, cwd="/")
+        return Entry(entering.shim_argv(), entering.HOST_ENV, entering.command_script(command))
 
     def entered(self, leader: int) -> tuple[int, int] | None:
         return leader, leader
@@ -59,17 +59,16 @@ class Sandboxes:
 def test_a_target_runs_and_signals_commands_through_the_protocol_only() -> None:
     sandbox = HostProcess()
     target = Target(sandbox)
-    assert (target.id, target.env) == ("sb_1", {"FROM_CLAIM": "yes"})
+    assert target.id == "sb_1"
 
     async def scenario() -> tuple[tuple[int, bytes, bytes], int]:
-        ran = await target.run(["sh", "-c", "echo hi; echo err >&2; exit 3"])
-        process = await target.spawn(["sleep", "30"])
-        pid, _ = await target.entered(process)
-        target.signal(pid, signal.SIGTERM)
-        return ran, await process.wait()
+        ran = await target.run(["sh", "-c", 'echo "hi $FROM_CLAIM"; echo err >&2; exit 3'])
+        started = await target.start(Command(["sleep", "30"]))
+        target.signal(started.process.pid, signal.SIGTERM)
+        return ran, await started.process.wait()
 
     (status, out, err), ended = asyncio.run(scenario())
-    assert (status, out, err) == (3, b"hi\n", b"err\n")
+    assert (status, out, err) == (3, b"hi yes\n", b"err\n")
     assert ended == -signal.SIGTERM
     assert sandbox.signals[0][1] == signal.SIGTERM
 

@@ -7,7 +7,6 @@ no default route) and loopback.
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +15,9 @@ import pytest
 from sandboxctl.agentapi.models import ClaimRequest
 from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.core.netpolicy import policy
+from sandboxctl.envd.host import Command
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.errors import BadRequest
 from sandboxctl.sandboxd.network.firewall import GUEST_MARK
 from sandboxctl.sandboxd.network.links import host_end
@@ -41,10 +41,8 @@ CONNECT = (
 
 
 def inside(agent: Agent, record: SandboxRecord, *argv: str) -> str:
-    command = agent.runtime.enter_command(agent.spec(record), agent.identity(record), argv)
-    done = subprocess.run(
-        command, env=sandbox_env(), capture_output=True, text=True, timeout=30, check=False
-    )
+    entry = agent.runtime.enter(agent.spec(record), agent.identity(record), Command(argv))
+    done = entering.run(entry, timeout=30, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

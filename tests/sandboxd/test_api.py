@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 
 import httpx
@@ -12,8 +11,9 @@ import pytest
 
 from sandboxctl.agentapi import AgentClient, AgentError, ClaimRequest, PoolTarget
 from sandboxctl.core.model import PoolKey
+from sandboxctl.envd.host import Command
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from tests.sandboxd.servers import serving
 
 ROOT = "root-token-for-tests"
@@ -277,12 +277,10 @@ def test_no_sandbox_can_reach_the_agents_own_port(
     results = {}
     for net in ("none", "egress"):
         record = agent.get(client.claim(ClaimRequest("base", net=net)).id)
-        command = agent.runtime.enter_command(
-            agent.spec(record), agent.identity(record), ["python3", "-c", connect]
+        entry = agent.runtime.enter(
+            agent.spec(record), agent.identity(record), Command(["python3", "-c", connect])
         )
-        results[net] = subprocess.run(
-            command, env=sandbox_env(), capture_output=True, text=True, timeout=30, check=False
-        )
+        results[net] = entering.run(entry, timeout=30, text=True)
     # net=egress is a policy for the sandbox's own veth (tests/network): the agent's
     # loopback is never the sandbox's, whatever the net.
     for net in ("none", "egress"):

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxctl.sandboxd import procfs
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime, sandbox_env
+from sandboxctl.envd.host import Command, Entry
+from sandboxctl.sandboxd import entering, procfs
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.cgroups import UNIFIED, Cgroups
 from sandboxctl.sandboxd.runtime import (
     SIZE_LIMITS,
@@ -68,18 +69,11 @@ class Box:
     identity: Identity
     background: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def command(self, *argv: str) -> list[str]:
-        return self.runtime.enter_command(self.spec, self.identity, argv)
+    def command(self, *argv: str) -> Entry:
+        return self.runtime.enter(self.spec, self.identity, Command(argv))
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(*argv),
-            capture_output=True,
-            text=True,
-            env=sandbox_env(),
-            timeout=30,
-            check=False,
-        )
+        return entering.run(self.command(*argv), timeout=30, text=True)
 
     def sh(self, script: str) -> subprocess.CompletedProcess[str]:
         return self.run("/bin/sh", "-c", script)
@@ -91,13 +85,10 @@ class Box:
 
     def spawn(self, script: str) -> subprocess.Popen[bytes]:
         """A background process inside, in a session of its own (stop it with killpg)."""
-        proc = subprocess.Popen(
+        proc = entering.popen(
             self.command("/bin/sh", "-c", script),
-            env=sandbox_env(),
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,
         )
         self.background.append(proc)
         return proc
@@ -339,10 +330,10 @@ def test_destroy_kills_everything_and_removes_home_cgroups_and_files(
     runtime.destroy(box.spec, box.identity)
     runtime.destroy(box.spec, None)
     # an enter command built before the destroy refuses to run afterwards
-    late = subprocess.run(command, capture_output=True, env=sandbox_env(), check=False)
+    late = entering.run(command)
     assert late.returncode == 125
     with pytest.raises(RuntimeFailure):
-        runtime.enter_command(box.spec, box.identity, ["true"])
+        runtime.enter(box.spec, box.identity, Command(["true"]))
 
 
 def test_cgroups_hold_every_process_and_the_limits(
@@ -379,7 +370,7 @@ def test_alive_is_false_for_a_recycled_pid(
     ):
         assert not runtime.alive(impostor)
         with pytest.raises(RuntimeFailure):
-            runtime.enter_command(box.spec, impostor, ["true"])
+            runtime.enter(box.spec, impostor, Command(["true"]))
         with pytest.raises(RuntimeFailure):
             runtime.host_path(box.spec, impostor, "/home/user")
     assert runtime.alive(ident)  # nothing above touched the real one
@@ -492,6 +483,7 @@ def test_pids_limit_refuses_forks_beyond_max(sandboxes: Callable[..., Box]) -> N
             max_processes=16,
             tmp_bytes=1 << 20,
             home_bytes=1 << 20,
+            open_files=64,
         )
     )
     outcome, forked, *_ = box.ok(f"python3 -c '{_FORK_BOMBLET}'").split()

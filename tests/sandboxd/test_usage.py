@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from sandboxctl.agentapi import AgentClient, AgentError, ClaimRequest
+from sandboxctl.envd.host import Command
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.bubblewrap import sandbox_env
 from sandboxctl.sandboxd.events import EventLog
 from tests.sandboxd.servers import serving, wait_until
 
@@ -19,10 +20,10 @@ ROOT = "root-token-for-usage"
 
 def run_inside(agent: Agent, sandbox_id: str, script: str) -> subprocess.Popen[bytes]:
     record = agent.get(sandbox_id)
-    argv = agent.runtime.enter_command(
-        agent.spec(record), agent.identity(record), ["/bin/sh", "-c", script]
+    entry = agent.runtime.enter(
+        agent.spec(record), agent.identity(record), Command(["/bin/sh", "-c", script])
     )
-    return subprocess.Popen(argv, env=sandbox_env(), start_new_session=True)
+    return entering.popen(entry)
 
 
 def test_samples_read_cgroup_cpu_and_memory_and_the_homes_disk(make_agent) -> None:  # type: ignore[no-untyped-def]

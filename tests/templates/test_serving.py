@@ -12,8 +12,10 @@ import pytest
 
 from sandboxctl.agentapi.models import ClaimRequest
 from sandboxctl.core.model import PoolKey
+from sandboxctl.envd.host import Command
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
-from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime, sandbox_env
+from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.errors import UnknownTemplate
 from sandboxctl.sandboxd.runtime import RuntimeFailure
 from sandboxctl.sandboxd.state import SandboxRecord
@@ -59,10 +61,10 @@ def make_agent(state_dir: Path, uid_base: int, store: Path) -> Iterator[Make]:
 
 
 def inside(agent: Agent, record: SandboxRecord, command: str) -> subprocess.CompletedProcess[str]:
-    argv = agent.runtime.enter_command(
-        agent.spec(record), agent.identity(record), ["/bin/sh", "-c", command]
+    entry = agent.runtime.enter(
+        agent.spec(record), agent.identity(record), Command(["/bin/sh", "-c", command])
     )
-    return subprocess.run(argv, env=sandbox_env(), capture_output=True, text=True, timeout=30)
+    return entering.run(entry, timeout=30, text=True)
 
 
 def test_a_sandbox_of_a_built_template_cannot_see_the_host_files(

@@ -34,7 +34,8 @@ from pathlib import Path
 from sandboxctl.core.aptsources import AptSource, mirror_lines, parse_deb822, parse_one_line
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.core.templates import TemplateSpec
-from sandboxctl.sandboxd.bubblewrap import DEFAULT_PATH, MOUNT_POINTS
+from sandboxctl.sandboxd.bubblewrap import MOUNT_POINTS
+from sandboxctl.sandboxd.entering import DEFAULT_PATH
 from sandboxctl.sandboxd.templates.mounts import remove_tree
 from sandboxctl.sandboxd.templates.progress import Quiet, Reporter
 from sandboxctl.sandboxd.templates.store import ROOT, Build, Template, TemplateStore, size_on_disk

@@ -1,7 +1,7 @@
 """A template's start and ready commands, as e2b runs them: the start command runs in the
 background in every new sandbox of the template (a server, say) for the sandbox's life,
 and the sandbox counts as started (warm, or handed to a cold claim) only once the ready
-command exits 0. Both run inside the sandbox as its user, through ``enter_command``.
+command exits 0. Both run inside the sandbox as its user, through the runtime's ``enter``.
 
 The sandbox's log (``events``) says when the start command started, when the sandbox was
 ready, and when the start command ended and how.
@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable
 
 from sandboxctl.core.templates import READY_TIMEOUT
-from sandboxctl.sandboxd.bubblewrap import sandbox_env
+from sandboxctl.envd.host import Command, Entry
+from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
 from sandboxctl.sandboxd.templates.catalog import Served
 
 READY_INTERVAL = 0.2
-OUTPUT_TAIL = 20
+OUTPUT_TAIL = 20  # lines
+LINE_CHARACTERS = 4096
 
 
 def start_template(
@@ -39,8 +41,8 @@ def start_template(
     started = time.monotonic()
     start = None
     if template.start_cmd:
-        argv = runtime.enter_command(spec, identity, _shell(template.start_cmd))
-        start = _Background(argv, lambda code, said: _ended(events, spec.id, code, said))
+        entry = runtime.enter(spec, identity, _shell(template.start_cmd))
+        start = _Background(entry, lambda code, said: _ended(events, spec.id, code, said))
         events.record(spec.id, f"start command started: {template.start_cmd}")
     if not template.ready_cmd:
         return
@@ -52,15 +54,8 @@ def start_template(
                 f"template {template.name}: the start command exited with code {start.code} "
                 f"before the sandbox was ready" + _said(start.output())
             )
-        ready = subprocess.run(
-            runtime.enter_command(spec, identity, _shell(template.ready_cmd)),
-            env=sandbox_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-            check=False,
+        ready = entering.run(
+            runtime.enter(spec, identity, _shell(template.ready_cmd)), text=True, errors="replace"
         )
         if ready.returncode == 0:
             events.record(
@@ -81,19 +76,12 @@ class _Background:
     """A command that runs in the sandbox until it ends (``code`` is then its exit
     status), its output's tail kept; ``ended`` is told its status and last line."""
 
-    def __init__(self, argv: list[str], ended: Callable[[int, str], None]) -> None:
+    def __init__(self, entry: Entry, ended: Callable[[int, str], None]) -> None:
         self._tail: collections.deque[str] = collections.deque(maxlen=OUTPUT_TAIL)
         self.code: int | None = None
         self._ended = ended
-        self._process = subprocess.Popen(
-            argv,
-            env=sandbox_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
+        self._process = entering.popen(
+            entry, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
         )
         threading.Thread(target=self._wait, name="template start command", daemon=True).start()
 
@@ -102,8 +90,10 @@ class _Background:
 
     def _wait(self) -> None:
         assert self._process.stdout is not None
-        with self._process.stdout:
-            for line in self._process.stdout:
+        stdout = self._process.stdout
+        with stdout:
+            # At most LINE_CHARACTERS a line: a line that never ends cannot grow the agent.
+            for line in iter(lambda: stdout.readline(LINE_CHARACTERS), ""):
                 self._tail.append(line.rstrip("\n"))
         self.code = self._process.wait()
         self._ended(self.code, _said(self.output()))
@@ -119,8 +109,8 @@ def _ended(events: EventLog, sandbox_id: str, code: int, said: str) -> None:
     )
 
 
-def _shell(command: str) -> list[str]:
-    return ["/bin/sh", "-c", command]
+def _shell(command: str) -> Command:
+    return Command(["/bin/sh", "-c", command])
 
 
 def _said(lines: list[str]) -> str:
