@@ -140,6 +140,8 @@ def run_servers(
         return uvicorn.Config(
             dispatch,
             log_level="warning",
+            # uvicorn's lines go to the root logger: the service's format, escaped (cli/logs.py).
+            log_config=None,
             access_log=False,
             lifespan="off",
             loop=loop,

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from sandboxctl.cli.logs import escape_every_record
 from sandboxctl.core.durations import format_duration, parse_duration
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import (
@@ -183,7 +184,9 @@ def freshness_rule(
 
 def service_logging(name: str) -> logging.Logger:
     """Timestamped lines at INFO for a long-lived service, without httpx's line per
-    request (one per inventory poll); the service's own logger."""
+    request (one per inventory poll), each record's control characters escaped (what a
+    client chose cannot start a line of its own: logs.py); the service's own logger."""
+    escape_every_record()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return logging.getLogger(name)
