@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import socket
 from pathlib import Path
@@ -30,6 +31,8 @@ from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
     check_reach,
     check_root,
+    collect_gone,
+    link,
     prepare,
     runtime_dir,
     traversal_problem,
@@ -39,6 +42,7 @@ from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
 from sandboxctl.secretfiles import read_secret
+from sandboxctl.serving import bind
 
 
 class RuntimeName(enum.StrEnum):
@@ -134,27 +138,32 @@ def serve_sandboxd(
     check_root(runtime_root)
     check_store(template_store, "--template-store")  # sandbox uids bind its roots
     layout = runtime_dir(state_dir, runtime_root)
-    prepare(layout)
-    check_reach(layout, uid_base)  # what modes alone do not tell: one line, exit 2
-    log.info("sandbox homes in %s (%s points to it)", layout.homes, layout.link)
-    settings = AgentSettings(
-        node=node or socket.gethostname(),
-        advertise_addr=advertise_addr or join_host_port(host, port),
-        state_dir=state_dir,
-        templates=templates,
-        template_store=template_store,
-        max_sandboxes=max_sandboxes,
-        pools=pools,
-        uid_base=uid_base,
-        runtime_dir=layout.path,
-        uid_claims=layout.uids,
-    )
-    if recover:
-        recover_agent(settings, sandboxes)
-    network = None
-    if sandboxes.isolated:  # the unsafe runtime has no namespace to give a network to
-        network = sandbox_network(layout.path.name, sandbox_cidr, sandbox_dns, layout.path)
-    serve(Agent(settings, sandboxes, network=network), host, port, token, destroy_on_exit)
+    # A taken port fails before anything is written; the owner lock is held from before
+    # the runtime dir is first written until the agent has stopped (runtimedir.py).
+    with bind(host, port) as sock, prepare(layout):
+        link(layout)
+        check_reach(layout, uid_base)  # what modes alone do not tell: one line, exit 2
+        log.info("sandbox homes in %s (%s points to it)", layout.homes, layout.link)
+        settings = AgentSettings(
+            node=node or socket.gethostname(),
+            advertise_addr=advertise_addr or join_host_port(host, port),
+            state_dir=state_dir,
+            templates=templates,
+            template_store=template_store,
+            max_sandboxes=max_sandboxes,
+            pools=pools,
+            uid_base=uid_base,
+            runtime_dir=layout.path,
+            uid_claims=layout.uids,
+        )
+        if recover:
+            recover_agent(settings, sandboxes)
+        network = None
+        if sandboxes.isolated:  # the unsafe runtime has no namespace to give a network to
+            network = sandbox_network(layout.path.name, sandbox_cidr, sandbox_dns, layout.path)
+        agent = Agent(settings, sandboxes, network=network)
+        collect = functools.partial(collect_gone, layout)  # once the start has succeeded
+        serve(agent, sock, token, destroy_on_exit, started=collect)
 
 
 def _runtime(name: RuntimeName) -> Runtime:

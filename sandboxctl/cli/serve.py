@@ -32,7 +32,7 @@ from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
 from sandboxctl.fleet.template import check_template
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.network.sandboxes import AUTO
-from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root
+from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root, prepare
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.serving import bind
 
@@ -142,23 +142,23 @@ def serve(
             bound.enter_context(bind(host, port))
             for port in (sandboxd_port, kube_port, e2b_port, proxy_port)
         ]
-        run_fleet(
-            Fleet(
-                state_dir=state_dir,
-                host=host,
-                ports=Ports(*(sock.getsockname()[1] for sock in sockets)),
-                pools=pools,
-                max_sandboxes=max_sandboxes,
-                uid_base=uid_base,
-                domain=domain,
-                keep_sandboxes=keep_sandboxes,
-                recover=recover,
-                runtime_root=runtime_root,
-                sandbox_cidr=sandbox_cidr,
-                sandbox_dns=sandbox_dns,
-                template=template,
-                template_store=template_store,
-            ),
-            rule,
-            sockets,
+        fleet = Fleet(
+            state_dir=state_dir,
+            host=host,
+            ports=Ports(*(sock.getsockname()[1] for sock in sockets)),
+            pools=pools,
+            max_sandboxes=max_sandboxes,
+            uid_base=uid_base,
+            domain=domain,
+            keep_sandboxes=keep_sandboxes,
+            recover=recover,
+            runtime_root=runtime_root,
+            sandbox_cidr=sandbox_cidr,
+            sandbox_dns=sandbox_dns,
+            template=template,
+            template_store=template_store,
         )
+        # The runtime dir is this start's from here on, a first start's build included:
+        # no other start collects it while serve starts or runs (runtimedir.py).
+        bound.enter_context(prepare(fleet.runtime))
+        run_fleet(fleet, rule, sockets)

@@ -45,7 +45,8 @@ from sandboxctl.sandboxd.runtimedir import (
     LINK,
     RuntimeDir,
     check_reach,
-    prepare,
+    collect_gone,
+    link,
     runtime_dir,
 )
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
@@ -106,13 +107,14 @@ class Fleet:
 
 def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> None:
     """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
-    a stop signal; then stop every part, destroying the sandboxes unless asked not to."""
+    a stop signal; then stop every part, destroying the sandboxes unless asked not to.
+    The caller holds the owner lock of the fleet's runtime dir (``runtimedir.prepare``)."""
     agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
     template = prepare_template(fleet.template, fleet.template_store)  # first start: a build
     found = prepare_state_dir(fleet.state_dir)
     kube_tls = fleet_certificate(fleet.state_dir, fleet.host)
-    runtime = fleet.runtime
-    prepare(runtime)
+    runtime = fleet.runtime  # its owner lock is the caller's (cli/serve.py)
+    link(runtime)
     check_reach(runtime, fleet.uid_base)
     if fleet.host not in ("localhost", "::1") and not fleet.host.startswith("127."):
         log.warning(
@@ -148,6 +150,7 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
     readiness: threading.Thread | None = None
     try:
         agent.start()  # adopts what a --keep-sandboxes run left, and logs it
+        collect_gone(runtime)  # the start has succeeded: a refused one changes nothing
         listeners: list[tuple[Any, socket.socket]] = [
             (create_agent_app(agent, found.root_token), agent_sock),
             # The first thing uvicorn's shutdown does is close the listening sockets:

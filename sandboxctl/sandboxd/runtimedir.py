@@ -12,6 +12,7 @@ uid may traverse and only root may write::
     RUNTIME_ROOT/KEY/            0711  the runtime dir: KEY = 16 hex digits of the SHA-256
                                        of the state dir's real path
     RUNTIME_ROOT/KEY/state-dir   0600  that real path: whose runtime dir this is
+    RUNTIME_ROOT/KEY/owner.lock  0600  held by its agent while it starts and runs
     RUNTIME_ROOT/KEY/homes/      0711  the sandbox homes (the agent makes it)
     RUNTIME_ROOT/uids/           0700  host-wide uid claims (uids.py) and their lock
     STATE_DIR/runtime                  a symlink to RUNTIME_ROOT/KEY
@@ -19,25 +20,38 @@ uid may traverse and only root may write::
 Every directory from ``/`` down to the runtime root must be root's, let others through
 (o+x) and let nobody else write in it (group or other write only with the sticky bit,
 as on /tmp), or a local user could swap a directory under root's feet; ``check_root``
-says which one fails. The runtime dir is reused by every start of the same state dir; one
-whose state dir is gone, and whose uids no process runs as, is removed by the next start
-of any agent under the same root.
+says which one fails.
+
+The runtime dir is reused by every start of the same state dir. Its agent holds
+``owner.lock`` (0600) from before it first writes in it, at the very start of its start,
+until its process exits: that lock, not the state dir, proves the agent alive, for a state
+dir may be missing while its agent runs (not made yet on a first start, deleted under a
+running agent, or out of sight in another mount namespace). ``collect_gone`` removes a
+runtime dir only when all of these hold, and only once its caller's own start has
+succeeded (a refused start changes nothing): no process holds its owner lock, its state
+dir does not exist, and no process runs as a uid it claims (a sandbox left running). It
+is judged under the uid claims' lock, which ``prepare`` takes too, so an owner is never
+half way into its runtime dir while it is judged. A runtime dir with no owner lock (made
+by a sandboxctl from before it) is never removed: nothing proves its agent stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.sandboxd import procfs
+from sandboxctl.sandboxd.errors import StateDirInUse
 from sandboxctl.sandboxd.uids import UidClaims
 from sandboxctl.secretfiles import write_private
 
@@ -47,6 +61,7 @@ DEFAULT_RUNTIME_ROOT = Path("/var/lib/sandboxctl/runtime")
 RUNTIME_ROOT_ENV = "SANDBOXCTL_RUNTIME_ROOT"
 LINK = "runtime"  # in the state dir
 OWNER_FILE = "state-dir"
+OWNER_LOCK = "owner.lock"
 HOMES = "homes"
 UIDS = "uids"
 KEY_DIGITS = 16
@@ -146,22 +161,136 @@ def check_reach(runtime: RuntimeDir, uid: int) -> None:
         )
 
 
-def prepare(runtime: RuntimeDir) -> None:
-    """Make the runtime root (0711 for each missing directory), the runtime dir (0711)
-    and its owner file, the state dir (0700 if missing) and its ``runtime`` symlink; then
-    remove the runtime dirs of state dirs that are gone."""
+class OwnerLock:
+    """A runtime dir's owner lock, held until :meth:`close` (or the process's exit)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> OwnerLock:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def prepare(runtime: RuntimeDir) -> OwnerLock:
+    """Make the runtime root (0711 for each missing directory) and the runtime dir
+    (0711), take its owner lock and write its owner file. Keep the lock until the agent
+    has stopped: while it is held no other start collects the runtime dir. StateDirInUse
+    when another process holds it (an agent of this state dir runs, or is starting)."""
     check_root(runtime.root)
-    if not runtime.state_dir.exists():  # first: its runtime dir is kept while it exists
-        runtime.state_dir.mkdir(mode=0o700, parents=True)
-        runtime.state_dir.chmod(0o700)
     _make_dirs(runtime.root)
     check_root(runtime.root)  # what another process made meanwhile, too
+    with UidClaims(runtime.uids, runtime.path).locked():
+        _make_private_dir(runtime.path)
+        lock = _lock_owner(runtime)
+        try:
+            write_private(runtime.path / OWNER_FILE, f"{runtime.state_dir}\n")
+        except BaseException:
+            lock.close()
+            raise
+    return lock
+
+
+def link(runtime: RuntimeDir) -> None:
+    """Make the state dir (0700) if it is missing, and point its ``runtime`` symlink at
+    the runtime dir."""
+    if not runtime.state_dir.exists():
+        runtime.state_dir.mkdir(mode=0o700, parents=True)
+        runtime.state_dir.chmod(0o700)
+    _point(runtime.link, runtime.path)
+
+
+def collect_gone(runtime: RuntimeDir) -> None:
+    """Remove every other runtime dir under the root whose agent is gone for good (see
+    the module's doc), with its uid claims. Call it once the caller's start succeeded."""
     claims = UidClaims(runtime.uids, runtime.path)
     with claims.locked():
-        _make_private_dir(runtime.path)
-        write_private(runtime.path / OWNER_FILE, f"{runtime.state_dir}\n")
-        _remove_gone(runtime, claims)
-    _point(runtime.link, runtime.path)
+        for entry in sorted(runtime.root.iterdir()):
+            if entry == runtime.path or entry.name == UIDS or entry.is_symlink():
+                continue
+            owner = _owner_of(entry)
+            if owner is None or owner.exists():
+                continue  # not a runtime dir, or its agent may start again and adopt
+            with _owner_lock_if_free(entry) as free:
+                if free is None:
+                    log.info(
+                        "kept %s, the runtime dir of %s, which is gone: it has no owner "
+                        "lock (made by an older sandboxctl), so its agent may still run; "
+                        "remove it by hand once it does not",
+                        entry,
+                        owner,
+                    )
+                if not free:
+                    continue
+                held = claims.held(entry)
+                if any(procfs.pids_of_uid(uid) for uid in held):
+                    continue  # a sandbox of it still runs, which no agent knows
+                for uid in held:
+                    claims.drop_for(entry, uid)
+                shutil.rmtree(entry, ignore_errors=True)
+            log.info("removed %s, the runtime dir of %s, which is gone", entry, owner)
+
+
+def in_use(path: Path) -> bool:
+    """Whether the runtime dir ``path`` may still serve an agent: ``collect_gone`` would
+    keep it for its owner (its owner lock is held or missing, or its state dir exists)."""
+    with UidClaims(path.parent / UIDS, path).locked():  # never in an owner's way
+        owner = _owner_of(path)
+        if owner is None or owner.exists():
+            return owner is not None
+        with _owner_lock_if_free(path) as free:
+            return not free
+
+
+def _lock_owner(runtime: RuntimeDir) -> OwnerLock:
+    """Under the claims lock: hold the owner lock of ``runtime``, or StateDirInUse."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(runtime.path / OWNER_LOCK, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateDirInUse(
+            f"--state-dir {runtime.state_dir} is in use by another running agent"
+        ) from None
+    return OwnerLock(fd)
+
+
+def _owner_of(entry: Path) -> Path | None:
+    """The state dir a runtime dir names, or None when ``entry`` is not one."""
+    try:
+        owner = Path((entry / OWNER_FILE).read_text().strip())
+    except OSError:
+        return None
+    return owner if owner.is_absolute() else None
+
+
+@contextlib.contextmanager
+def _owner_lock_if_free(entry: Path) -> Iterator[bool | None]:
+    """Under the claims lock: True, holding it, when no process holds ``entry``'s owner
+    lock (its agent is neither starting nor running); False when one does; None when it
+    has none."""
+    try:
+        fd = os.open(entry / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def _unsafe(directory: Path, info: os.stat_result, last: bool) -> str | None:
@@ -208,24 +337,3 @@ def _point(link: Path, target: Path) -> None:
     scratch.unlink(missing_ok=True)
     scratch.symlink_to(target)
     os.replace(scratch, link)
-
-
-def _remove_gone(runtime: RuntimeDir, claims: UidClaims) -> None:
-    """Under the claims lock: remove each runtime dir whose state dir is gone, with its
-    uid claims, unless a process still runs as one of them (a sandbox left running)."""
-    for entry in runtime.root.iterdir():
-        if entry == runtime.path or entry.name == UIDS or entry.is_symlink():
-            continue
-        try:
-            owner = Path((entry / OWNER_FILE).read_text().strip())
-        except OSError:
-            continue  # not a runtime dir, or not ours to judge
-        if not owner.is_absolute() or owner.exists():
-            continue
-        held = claims.held(entry)
-        if any(procfs.pids_of_uid(uid) for uid in held):
-            continue
-        for uid in held:
-            claims.drop_for(entry, uid)
-        shutil.rmtree(entry, ignore_errors=True)
-        log.info("removed %s, the runtime dir of %s, which is gone", entry, owner)

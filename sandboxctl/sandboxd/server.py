@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Callable
 
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.serving import bind, run_server
+from sandboxctl.serving import run_server
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
 
 def serve(
-    agent: Agent, host: str, port: int, root_token: str | None, destroy_on_exit: bool
+    agent: Agent,
+    sock: socket.socket,
+    root_token: str | None,
+    destroy_on_exit: bool,
+    started: Callable[[], None] = lambda: None,
 ) -> None:
-    """Listen, adopt, serve; on a stop signal close the listener and stop the loops."""
-    sock = bind(host, port)
+    """Adopt, call ``started``, serve on the bound ``sock``; on a stop signal close the
+    listener and stop the loops."""
     report = agent.start()
+    started()  # the start has succeeded: what only a successful start may change
+    host, port = sock.getsockname()[:2]
     log.info(
         "node %s serving on %s:%d (runtime %s, limits %s); adopted %d, cleaned up %d",
         agent.settings.node,

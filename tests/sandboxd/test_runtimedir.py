@@ -12,15 +12,25 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import passwd_paths
-from sandboxctl.sandboxd.runtimedir import RuntimeDir, check_root, prepare, runtime_dir
+from sandboxctl.sandboxd.errors import StateDirInUse
+from sandboxctl.sandboxd.runtimedir import (
+    RuntimeDir,
+    check_root,
+    collect_gone,
+    link,
+    prepare,
+    runtime_dir,
+)
 from sandboxctl.sandboxd.uids import UidClaims
 from tests.sandboxd.conftest import BASE
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import agent_process, free_port, status_of, wait_until
 
 
 @pytest.fixture
@@ -41,6 +51,13 @@ def _layout(top: Path, name: str) -> RuntimeDir:
     return runtime_dir(top / name / ".sandboxctl", top / "lib" / "runtime")
 
 
+def _prepared(layout: RuntimeDir) -> RuntimeDir:
+    """What a start that has since stopped leaves: the runtime dir, its owner lock free."""
+    with prepare(layout):
+        link(layout)
+    return layout
+
+
 def test_the_runtime_dir_is_keyed_by_the_real_path_of_the_state_dir(top: Path) -> None:
     (top / "a").mkdir()
     (top / "link").symlink_to(top / "a")
@@ -55,7 +72,9 @@ def test_the_runtime_dir_is_keyed_by_the_real_path_of_the_state_dir(top: Path) -
 
 def test_prepare_makes_the_layout_and_a_second_start_reuses_it(top: Path) -> None:
     layout = _layout(top, "checkout")
-    prepare(layout)
+    with prepare(layout):
+        assert not layout.state_dir.exists()  # the runtime dir comes first, locked
+        link(layout)
 
     for directory in (top / "lib", layout.root, layout.path):
         info = directory.stat()
@@ -64,11 +83,23 @@ def test_prepare_makes_the_layout_and_a_second_start_reuses_it(top: Path) -> Non
     assert _mode(layout.state_dir) == 0o700
     assert (layout.path / "state-dir").read_text() == f"{layout.state_dir}\n"
     assert _mode(layout.path / "state-dir") == 0o600
+    assert _mode(layout.path / "owner.lock") == 0o600
     assert os.readlink(layout.link) == str(layout.path)
 
-    prepare(layout)  # the next start: the same dir, nothing new
+    _prepared(layout)  # the next start: the same dir, nothing new
     assert sorted(p.name for p in layout.root.iterdir()) == sorted([layout.path.name, "uids"])
     assert os.readlink(layout.link) == str(layout.path)
+
+
+def test_a_second_start_of_a_state_dir_is_refused_while_the_first_holds_it(top: Path) -> None:
+    layout = _layout(top, "checkout")
+    with prepare(layout):
+        with pytest.raises(StateDirInUse) as refused:
+            prepare(layout)
+        assert str(refused.value) == (
+            f"--state-dir {layout.state_dir} is in use by another running agent"
+        )
+    prepare(layout).close()  # free again once the first has stopped
 
 
 @pytest.mark.parametrize(
@@ -136,7 +167,7 @@ def test_uid_claims_keep_agents_apart(top: Path, uid_base: int, as_uid) -> None:
 def test_the_runtime_dir_of_a_gone_state_dir_is_removed(top: Path, uid_base: int, as_uid) -> None:  # type: ignore[no-untyped-def]
     gone, kept, other = _layout(top, "gone"), _layout(top, "kept"), _layout(top, "other")
     for layout in (gone, kept, other):
-        prepare(layout)
+        _prepared(layout)
     (gone.homes / "sb_000000000000").mkdir(parents=True)
     assert UidClaims(gone.uids, gone.path).take(uid_base)
     assert UidClaims(kept.uids, kept.path).take(uid_base + 1)
@@ -144,7 +175,7 @@ def test_the_runtime_dir_of_a_gone_state_dir_is_removed(top: Path, uid_base: int
     shutil.rmtree(kept.state_dir)
     process = as_uid(uid_base + 1)  # a sandbox of that fleet still runs
 
-    prepare(other)
+    collect_gone(other)
 
     assert not gone.path.exists()
     assert UidClaims(other.uids, other.path).holder_of(uid_base) is None
@@ -153,12 +184,12 @@ def test_the_runtime_dir_of_a_gone_state_dir_is_removed(top: Path, uid_base: int
 
     process.kill()
     process.wait()
-    prepare(other)
+    collect_gone(other)
     assert not kept.path.exists()
 
 
 def _agent_settings(layout: RuntimeDir) -> dict[str, object]:
-    prepare(layout)
+    _prepared(layout)
     return {
         "state_dir": layout.state_dir / "sandboxd",
         "runtime_dir": layout.path,
@@ -299,3 +330,108 @@ def test_serve_sandboxd_refuses_a_runtime_root_its_uids_cannot_reach(
     assert line.startswith(f"sandboxctl: error: --runtime-root {gate / 'runtime'}: sandbox uids")
     assert f"(uid {uid_base} was refused)" in line
     assert "Traceback" not in refused.stderr
+
+
+# --- Finding 10: a runtime dir is collected only when its agent is gone for good -----------
+
+
+def _agent_args(top: Path, name: str, uid_base: int) -> tuple[list[str], str, RuntimeDir]:
+    """``serve-sandboxd`` flags for an agent of state dir ``top/name/sd`` under the
+    shared runtime root of ``_layout``; its address and its runtime dir."""
+    address = f"127.0.0.1:{free_port()}"
+    state_dir = top / name / "sd"
+    args = [
+        "--listen", address, "--state-dir", str(state_dir),
+        "--runtime-root", str(top / "lib" / "runtime"), "--uid-base", str(uid_base),
+    ]  # fmt: skip
+    return args, address, runtime_dir(state_dir, top / "lib" / "runtime")
+
+
+def _gone(top: Path, name: str) -> RuntimeDir:
+    """The runtime dir of a fleet that stopped and whose state dir was then deleted: what
+    the next successful start removes."""
+    layout = _prepared(_layout(top, name))
+    shutil.rmtree(layout.state_dir)
+    return layout
+
+
+def test_a_fleet_still_starting_keeps_its_runtime_dir_before_its_state_dir_exists(
+    top: Path, uid_base: int
+) -> None:
+    """A first start holds its runtime dir (``serve``: from the moment its ports are
+    bound, through the template build) before its state dir is made. Another agent's
+    start meanwhile must leave it, and remove it only once that start has ended."""
+    starting = _layout(top, "bench")
+    gone = _gone(top, "gone")
+    owner = prepare(starting)  # the benchmark's fleet, starting
+    assert not starting.state_dir.exists()
+    args, address, _ = _agent_args(top, "other", uid_base)
+    with agent_process(args, address):
+        pass
+    assert (starting.path / "state-dir").read_text() == f"{starting.state_dir}\n"
+    assert not gone.path.exists()  # that start did collect: what was gone went
+
+    owner.close()  # the benchmark's fleet gave up before making its state dir
+    with agent_process(args, address):
+        pass
+    assert not starting.path.exists()
+
+
+def test_a_running_agent_keeps_its_runtime_dir_when_its_state_dir_is_deleted(
+    top: Path, uid_base: int
+) -> None:
+    """A state dir deleted under a running agent (a temporary fleet's cleanup racing its
+    stop) does not make the agent gone: its runtime dir stays and it still starts
+    sandboxes there, with uids no other agent may take."""
+    first_args, first, first_dir = _agent_args(top, "first", uid_base)
+    second_args, second, _ = _agent_args(top, "second", uid_base)
+    with agent_process(first_args, first):
+        shutil.rmtree(first_dir.state_dir)
+        with agent_process(second_args, second):
+            pass
+        assert (first_dir.path / "state-dir").is_file()
+        pools = {"pools": [{"template": "base", "warm": 1}]}
+        assert httpx.put(f"http://{first}/v1/pools", json=pools, timeout=10).status_code == 200
+
+        def warm() -> int:
+            info = httpx.get(f"http://{first}/v1/info", timeout=5).json()
+            return sum(pool["warm"] for pool in info["pools"])
+
+        wait_until(lambda: warm() == 1, timeout=60, what="a warm sandbox of the first agent")
+        [uid] = UidClaims(first_dir.uids, first_dir.path).held()
+        assert [p.name for p in first_dir.homes.glob("*.passwd")]
+        httpx.put(f"http://{first}/v1/pools", json={"pools": []}, timeout=30)
+        wait_until(lambda: not procfs.pids_of_uid(uid), timeout=20, what="the sandbox to go")
+
+
+def test_a_refused_start_changes_nothing(top: Path, uid_base: int) -> None:
+    """A start refused because its state dir is in use, or because its port is taken,
+    leaves every other runtime dir as it was (and makes no state dir of its own); the
+    next start that succeeds is the one that removes what is gone."""
+    args, address, running = _agent_args(top, "running", uid_base)
+    with agent_process(args, address):
+        gone = _gone(top, "gone")  # since that start
+        again = [a if a != address else f"127.0.0.1:{free_port()}" for a in args]
+        refused = subprocess.run(
+            [sys.executable, "-m", "sandboxctl", "serve-sandboxd", *again],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.splitlines()[-1] == (
+            f"sandboxctl: error: --state-dir {running.state_dir} is in use by another running agent"
+        )
+        taken_args, _, taken = _agent_args(top, "taken", uid_base)
+        taken_args[taken_args.index("--listen") + 1] = address
+        taken_port = subprocess.run(
+            [sys.executable, "-m", "sandboxctl", "serve-sandboxd", *taken_args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert taken_port.returncode == 2, taken_port.stderr
+        assert "Address already in use" in taken_port.stderr.splitlines()[-1]
+        assert not taken.state_dir.exists()
+        assert not taken.path.exists()
+        assert (gone.path / "state-dir").is_file()
+        assert status_of(f"http://{address}/metrics") == 200  # the running one is untouched
+    with agent_process(args, address):  # a start that succeeds collects
+        pass
+    assert not gone.path.exists()

@@ -33,7 +33,7 @@ from sandboxctl.sandboxd.network.dns import DnsForwarder, host_resolver, split_s
 from sandboxctl.sandboxd.network.firewall import TABLE_PREFIX, Firewall, Member
 from sandboxctl.sandboxd.network.links import PREFIX, Links, host_end, owner_alias
 from sandboxctl.sandboxd.network.nft import Nft, NftError
-from sandboxctl.sandboxd.runtimedir import OWNER_FILE
+from sandboxctl.sandboxd.runtimedir import in_use
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
@@ -175,9 +175,10 @@ class SandboxNetwork:
 
     def _remove_orphans(self) -> None:
         """Drop other agents' tables that filter nothing any more: no veth carries their
-        alias, and no runtime dir of a live state dir is named by their key (a test run or
-        a fleet whose state dir was deleted). An agent whose table this removes while it
-        has no sandbox rebuilds it at its next change."""
+        alias, and their key names no runtime dir that may still serve an agent
+        (``runtimedir.in_use``: a test run, or a fleet whose state dir was deleted). An
+        agent whose table this removes while it has no sandbox rebuilds it at its next
+        change."""
         root = self._runtime_dir.parent if self._runtime_dir is not None else None
         aliases = self._links.aliases()
         for item in self._nft.list({"tables": {"family": "inet"}}):
@@ -185,7 +186,7 @@ class SandboxNetwork:
             key = name.removeprefix(TABLE_PREFIX)
             if not name.startswith(TABLE_PREFIX) or key == self.key:
                 continue
-            if owner_alias(key) in aliases or (root is not None and _live_runtime_dir(root / key)):
+            if owner_alias(key) in aliases or (root is not None and in_use(root / key)):
                 continue
             log.info("removing %s: no agent's sandbox uses it", name)
             self._nft.run(
@@ -246,14 +247,6 @@ class SandboxNetwork:
                 if isinstance(elem, dict) and "prefix" in elem:
                     return subnet(f"{elem['prefix']['addr']}/{elem['prefix']['len']}")
         return None
-
-
-def _live_runtime_dir(path: Path) -> bool:
-    """Whether ``path`` is a runtime dir whose state dir still exists (runtimedir.py)."""
-    try:
-        return Path((path / OWNER_FILE).read_text().strip()).is_dir()
-    except OSError:
-        return False
 
 
 def sandbox_network(key: str, cidr: str, dns: str, runtime_dir: Path) -> SandboxNetwork:
