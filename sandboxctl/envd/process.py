@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import collections
 import contextlib
 import fcntl
 import logging
@@ -49,6 +50,8 @@ SIGNALS = {
 Event = dict[str, Any]
 T = TypeVar("T")
 DEFAULT_PTY_SIZE = (24, 80)  # rows, cols
+# Terminals are the host's ptys, which every sandbox shares: at most this many each.
+MAX_TERMINALS = 64
 
 
 @dataclass(eq=False)
@@ -95,6 +98,7 @@ class ProcessService:
     def __init__(self) -> None:
         self._tables: dict[str, dict[int, Proc]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._terminals: collections.Counter[str] = collections.Counter()  # open, by sandbox
 
     def _table(self, target: Target) -> dict[int, Proc]:
         return self._tables.setdefault(target.id, {})
@@ -121,13 +125,18 @@ class ProcessService:
         if size is None:
             started = await target.start(command)
         else:
+            if self._terminals[target.id] >= MAX_TERMINALS:
+                raise ConnectError(
+                    "resource_exhausted", f"a sandbox may have at most {MAX_TERMINALS} ptys open"
+                )
             terminal, follower = os.openpty()
+            self._terminals[target.id] += 1  # until the pump closes it
             try:
                 _set_size(terminal, size)
                 os.set_blocking(terminal, False)
                 started = await target.start(command, terminal=follower)
             except BaseException:
-                os.close(terminal)  # a command already on it gets SIGHUP
+                self._close_terminal(target.id, terminal)  # a command on it gets SIGHUP
                 raise
             finally:
                 os.close(follower)  # the command holds it: its exit ends the output
@@ -224,12 +233,18 @@ class ProcessService:
                 reader.task.cancel()
             if proc.terminal is not None:
                 await asyncio.wait([r.task for r in readers])  # it stops watching the fd
-                os.close(proc.terminal)  # a job still holding the pty gets SIGHUP
+                self._close_terminal(proc.target.id, proc.terminal)  # a job on it: SIGHUP
             table = self._tables.get(proc.target.id, {})
             if table.get(proc.pid) is proc:
                 del table[proc.pid]
             if not table:
                 self._tables.pop(proc.target.id, None)
+
+    def _close_terminal(self, sandbox_id: str, fd: int) -> None:
+        os.close(fd)
+        self._terminals[sandbox_id] -= 1
+        if self._terminals[sandbox_id] <= 0:
+            del self._terminals[sandbox_id]
 
     @staticmethod
     async def _read(

@@ -29,7 +29,7 @@ from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import DEFAULT_NET, NETS, PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.templates import READY_TIMEOUT
-from sandboxctl.sandboxd import procfs
+from sandboxctl.sandboxd import hostlimits, procfs
 from sandboxctl.sandboxd.bubblewrap import kill_uid
 from sandboxctl.sandboxd.deaths import DeathWatch
 from sandboxctl.sandboxd.errors import (
@@ -164,8 +164,11 @@ class Agent:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> AdoptionReport:
-        """Adopt what the last run left, then start the refill and reaper loops."""
+        """Adopt what the last run left, size the host's shared kernel tables for this
+        agent's sandboxes, then start the refill and reaper loops."""
         report = self.adopt()
+        if self.runtime.isolated:
+            hostlimits.raise_tables(self.settings.max_sandboxes)
         self._deaths.start()
         for name, loop in (
             ("warm-pool refill", self._refill_loop),

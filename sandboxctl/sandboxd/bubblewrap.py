@@ -72,6 +72,7 @@ from sandboxctl.sandboxd.entering import (
     command_script,
     shim_argv,
 )
+from sandboxctl.sandboxd.hostlimits import PTYS_PER_SANDBOX
 from sandboxctl.sandboxd.runtime import Identity, Limits, RuntimeFailure, SandboxSpec
 
 START_TIMEOUT = 30.0
@@ -87,6 +88,7 @@ INSTALL_HINTS = {
     "nsenter": "install util-linux: apt-get install util-linux",
     "prlimit": "install util-linux: apt-get install util-linux",
     "stat": "install coreutils: apt-get install coreutils",
+    "mount": "install mount: apt-get install mount",
 }
 
 
@@ -327,7 +329,7 @@ class BubblewrapRuntime:
 
     name = "bubblewrap"
     isolated = True
-    TOOLS = ("bwrap", "setpriv", "nsenter", "prlimit", "stat")
+    TOOLS = ("bwrap", "setpriv", "nsenter", "prlimit", "stat", "mount")
 
     def __init__(
         self,
@@ -529,6 +531,7 @@ class BubblewrapRuntime:
             if ready != b"R":
                 raise _StartError("the sandbox's init exited before it was ready")
             identity = self._identity_from(json.loads(info))
+            self._limit_ptys(identity, deadline)
         except (_StartError, TimeoutError, OSError, ValueError, KeyError) as exc:
             why = "timed out" if isinstance(exc, TimeoutError) else str(exc)
             if proc is not None and proc.poll() is None:
@@ -708,6 +711,29 @@ class BubblewrapRuntime:
                 raise RuntimeFailure(
                     f"sandbox {spec.id}: root {spec.root} lacks /{inside}, needed as a mount point"
                 )
+
+    def _limit_ptys(self, identity: Identity, deadline: float) -> None:
+        """At most PTYS_PER_SANDBOX ptys in the sandbox's own devpts instance. bwrap
+        mounts it with the kernel's maximum, so one sandbox could take every pty the
+        host leaves to other instances, and the next sandbox would have none. Set from
+        the host, before anything of a tenant runs, with the host's own mount tool
+        (never a program of the sandbox's root) acting in the sandbox's mount namespace."""
+        options = f"remount,nosuid,noexec,mode=620,ptmxmode=666,max={PTYS_PER_SANDBOX}"
+        namespace = f"/proc/{identity.pid}/ns/mnt"
+        try:
+            done = subprocess.run(
+                [self._tools["mount"], "-N", namespace, "-o", options, "/dev/pts"],
+                env=dict(HOST_ENV),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=max(deadline - time.monotonic(), 0.1),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise _StartError("limiting its ptys timed out") from None
+        if done.returncode != 0:
+            raise _StartError(f"cannot limit its ptys: {done.stderr.strip()}")
 
     def _identity_from(self, info: dict[str, object]) -> Identity:
         child = info["child-pid"]

@@ -124,6 +124,7 @@ def popen(entry: Entry, **kwargs: Any) -> subprocess.Popen[Any]:
         pass
     finally:
         process.stdin.close()
+        process.stdin = None  # consumed: communicate() has nothing to send
     return process
 
 

@@ -13,6 +13,7 @@ import httpx
 from sandboxctl.envd import ENVD_VERSION
 from tests.envd.conftest import ROOT, Host
 from tests.envd.wire import STREAM, Envd, chunked, envelope, stream_error
+from tests.sandboxd.servers import wait_until
 
 
 def test_version_is_semver() -> None:
@@ -490,3 +491,29 @@ def test_commands_are_logged_with_their_exit_code(host: Host) -> None:
         assert exited[0].fields["exitCode"] == "3"
     finally:
         host.agent.release(envd.sandbox_id)
+
+
+def test_a_sandbox_has_at_most_max_terminals_ptys_of_the_host(fresh: Envd) -> None:
+    """envd's ptys are the host's, shared by every sandbox: one sandbox cannot take them
+    all; a pty closed gives its place back."""
+    from sandboxctl.envd.process import MAX_TERMINALS
+
+    sleeping = {"process": {"cmd": "/bin/sleep", "args": ["60"]}, "pty": {}}
+    held = [fresh.background("process.Process/Start", sleeping) for _ in range(MAX_TERMINALS)]
+
+    def listed() -> list[dict[str, object]]:
+        return list(fresh.rpc("process.Process/List", {}).json()["processes"])
+
+    wait_until(lambda: len(listed()) == MAX_TERMINALS, what="every pty command to run")
+    refused, _ = fresh.stream("process.Process/Start", sleeping)
+    assert stream_error(refused) == {
+        "code": "resource_exhausted",
+        "message": f"a sandbox may have at most {MAX_TERMINALS} ptys open",
+    }
+    killed = {"process": {"pid": listed()[0]["pid"]}, "signal": "SIGNAL_SIGKILL"}
+    fresh.rpc("process.Process/SendSignal", killed)
+    wait_until(lambda: len(listed()) < MAX_TERMINALS, what="the killed one to end")
+    quick = {"process": {"cmd": "/bin/true"}, "pty": {}}
+    _, events = fresh.stream("process.Process/Start", quick)
+    assert "start" in events[0][1]["event"]  # its place was given back
+    assert len(held) == MAX_TERMINALS  # their streams end with the sandbox

@@ -10,6 +10,7 @@ import pytest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
+from sandboxctl.sandboxd.hostlimits import CONNECTIONS_PER_SANDBOX
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from tests.sandboxd.servers import sandboxes_unavailable
 
@@ -35,8 +36,12 @@ def network_agent(state_dir: Path, uid_base: int) -> Iterator[Callable[..., Agen
     runtime_dir.chmod(0o711)
     key = runtime_dir.name.removeprefix("sandboxctl-net-")[:16]
 
-    def make(pools: dict[PoolKey, int] | None = None, dns: tuple[str, int] | None = None) -> Agent:
-        network = SandboxNetwork(f"t{key}", "auto", dns, runtime_dir)
+    def make(
+        pools: dict[PoolKey, int] | None = None,
+        dns: tuple[str, int] | None = None,
+        connections: int = CONNECTIONS_PER_SANDBOX,
+    ) -> Agent:
+        network = SandboxNetwork(f"t{key}", "auto", dns, runtime_dir, connections)
         settings = AgentSettings(
             node="n1",
             advertise_addr="127.0.0.1:7777",

@@ -6,7 +6,10 @@ no default route) and loopback.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -227,3 +230,47 @@ def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_
     assert leftovers(again) == {
         "veths": 0, "routes": 0, "chains": 0, "elements": 0, "namespaces": 0,
     }  # fmt: skip
+
+
+HOLD = (
+    "import socket, sys\n"
+    "held = []\n"
+    "for _ in range(int(sys.argv[3])):\n"
+    "    try:\n"
+    "        held.append(socket.create_connection((sys.argv[1], int(sys.argv[2])), 1.5))\n"
+    "    except OSError:\n"
+    "        break\n"
+    "print(len(held), flush=True)\n"
+)
+
+
+def test_a_sandbox_has_at_most_its_share_of_the_hosts_connection_tracking(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    """The host's conntrack table carries every sandbox's connections: one sandbox that
+    opens connections without end is refused past its own count, and the others, and
+    the host, still connect."""
+    agent = network_agent(connections=8)
+    agent.start()
+    greedy = agent.claim(ClaimRequest("base", network=policy(True)))
+    other = agent.claim(ClaimRequest("base", network=policy(True)))
+    target = testhost.addresses[0]
+    testhost.serve_tcp(target, PORT + 1, mode="sink")  # keeps what it accepts open
+    hold = Command(
+        ["python3", "-c", HOLD + "import time\ntime.sleep(60)", target, str(PORT + 1), "50"]
+    )
+    holder = entering.popen(
+        agent.runtime.enter(agent.spec(greedy), agent.identity(greedy), hold),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "8"  # the ninth was dropped
+        assert reach(agent, greedy, target).startswith("blocked")
+        assert reach(agent, other, target) == f"open {testhost.gateway}"
+        with socket.create_connection((target, PORT), 5):
+            pass  # the host's own connections are not a sandbox's
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # its group: the command inside too
+        holder.communicate()

@@ -5,6 +5,8 @@
 * ``forward`` (filter): from one of this agent's veths -> ``from_sandbox``; to one ->
   ``to_sandbox`` (replies only).
 * ``from_sandbox``: IPv6 dropped; a source address that is not the veth's own dropped;
+  a new connection beyond the sandbox's ``connections`` tracked ones dropped (the host's
+  conntrack table is every sandbox's: one must not fill it for the others);
   anything routed out of another sandbox veth (any agent's) dropped; the sandbox subnet
   and ``ALWAYS_BLOCKED`` (loopback, link-local and metadata, multicast) dropped; then the
   sandbox's own chain ``sb_ID`` through the ``egress`` verdict map; whatever is left is
@@ -13,8 +15,8 @@
   rules, and ``accept`` with internet. A claim replaces just these rules (``nftbatch``).
 * ``input`` (filter): from this agent's veths -> ``to_host``: the answers of connections
   the host opened to the sandbox's own address (guest ports reached straight from the
-  proxy), DNS to the gateway through ``sb_ID``, nothing else (every address of the host,
-  on every port).
+  proxy), DNS to the gateway through ``sb_ID`` (within the same count of connections),
+  nothing else (every address of the host, on every port).
 * ``postrouting`` (nat): the subnet's traffic leaving by any interface but a sandbox veth
   is masqueraded: NAT out of the host's own route.
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxctl.core.netpolicy import ALWAYS_BLOCKED, NetworkPolicy, SandboxSubnet
+from sandboxctl.sandboxd.hostlimits import CONNECTIONS_PER_SANDBOX
 from sandboxctl.sandboxd.network.links import PREFIX
 from sandboxctl.sandboxd.network.nft import Nft
 from sandboxctl.sandboxd.network.nftbatch import ChainWriter, Rule
@@ -63,10 +66,19 @@ def chain_name(sandbox_id: str) -> str:
 
 
 class Firewall:
-    def __init__(self, nft: Nft, key: str, subnet: SandboxSubnet) -> None:
+    def __init__(
+        self,
+        nft: Nft,
+        key: str,
+        subnet: SandboxSubnet,
+        connections: int = CONNECTIONS_PER_SANDBOX,
+    ) -> None:
+        """``connections``: how many connections (tracked by the host's conntrack) each
+        sandbox may have at once; a new one beyond them is dropped."""
         self.nft = nft
         self.table = table_name(key)
         self.subnet = subnet
+        self.connections = connections
         self.writer = ChainWriter(FAMILY, self.table)
 
     # --- the table --------------------------------------------------------------------
@@ -180,6 +192,15 @@ class Firewall:
             {"add": {"set": {**self._in_table("ifaces"), "type": "ifname"}}},
             {"add": {"set": {**self._in_table("members"), "type": ["ifname", "ipv4_addr"]}}},
             {"add": {"map": {**self._in_table("egress"), "type": "ifname", "map": "verdict"}}},
+            {
+                "add": {
+                    "set": {
+                        **self._in_table("connections"),
+                        "type": "ipv4_addr",
+                        "size": max(self.subnet.network.num_addresses, 1),  # nft: dynamic
+                    }
+                }
+            },
         ]
         for name in ("from_sandbox", "to_sandbox", "to_host"):
             commands.append({"add": {"chain": self._chain(name)}})
@@ -208,6 +229,7 @@ class Firewall:
                     {"drop": None},
                 ],
             ),
+            self._rule("from_sandbox", self._over_connections()),
             self._rule(
                 "from_sandbox", [_match({"meta": {"key": "oifname"}}, PREFIX + "*"), {"drop": None}]
             ),
@@ -258,6 +280,7 @@ class Firewall:
                 ],
             ),
         ]
+        commands.append(self._rule("to_host", self._over_connections()))
         for protocol in ("udp", "tcp"):
             commands.append(
                 self._rule(
@@ -281,6 +304,15 @@ class Firewall:
             ),
         ]
         return commands
+
+    def _over_connections(self) -> list[Any]:
+        """A new connection of a sandbox that already has ``connections``: dropped."""
+        count = {"ct count": {"val": self.connections, "inv": True}}
+        return [
+            _match({"ct": {"key": "state"}}, "new", "in"),
+            {"set": {"op": "add", "elem": _field("saddr"), "set": "@connections", "stmt": [count]}},
+            {"drop": None},
+        ]
 
     def _table(self) -> dict[str, Any]:
         return {"family": FAMILY, "name": self.table}

@@ -29,6 +29,7 @@ from sandboxctl.core.netpolicy import (
     overlapping,
     subnet,
 )
+from sandboxctl.sandboxd.hostlimits import CONNECTIONS_PER_SANDBOX
 from sandboxctl.sandboxd.network.dns import DnsForwarder, host_resolver, split_server
 from sandboxctl.sandboxd.network.firewall import TABLE_PREFIX, Firewall, Member
 from sandboxctl.sandboxd.network.links import PREFIX, Links, host_end, owner_alias
@@ -62,11 +63,14 @@ class SandboxNetwork:
         cidr: str = AUTO,
         dns_upstream: tuple[str, int] | None = None,
         runtime_dir: Path | None = None,
+        connections: int = CONNECTIONS_PER_SANDBOX,
     ) -> None:
         """``key`` names this agent's table and veth alias (its runtime dir key);
         ``cidr`` is ``--sandbox-cidr`` (``auto``: a free /24 of 10.200.0.0/16, kept
-        across restarts); ``dns_upstream`` None serves no DNS."""
+        across restarts); ``dns_upstream`` None serves no DNS; ``connections`` is how
+        many connections through the host each sandbox may have at once."""
         self.key = key
+        self._connections = connections
         self._cidr = cidr
         self._dns_upstream = dns_upstream
         self._runtime_dir = runtime_dir
@@ -96,7 +100,7 @@ class SandboxNetwork:
         self._subnet = self._pick_subnet(adopted)
         if self._firewall is not None:
             self._firewall.close()
-        self._firewall = Firewall(self._nft, self.key, self._subnet)
+        self._firewall = Firewall(self._nft, self.key, self._subnet, self._connections)
         _enable_forwarding()
         for sandbox in adopted:
             self._links.attach(
