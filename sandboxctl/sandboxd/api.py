@@ -2,7 +2,9 @@
 
 Auth: with a root token, every call needs ``Authorization: Bearer <root>``, except the
 per-sandbox verbs (release, renew, hibernate, wake), which also take that sandbox's own
-token, and ``/metrics``, which is open. envd, the e2b data plane of each sandbox
+token; ``/metrics`` too needs the root token (it names every sandbox, which the e2b API
+shows each tenant only of its own, and a sandbox id is enough to reach a public guest
+port). envd, the e2b data plane of each sandbox
 (``sandboxctl.envd``), is served under ``/v1/sandboxes/{id}/envd/`` with the same
 root-or-sandbox auth, outside the body cap. Without a root token (development mode) nothing is
 checked, and the CLI only allows a loopback listen address.
@@ -172,7 +174,7 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         agent.set_pools(targets)
         return agent.info().to_json()
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=as_root)
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 

@@ -104,6 +104,11 @@ def test_usage_over_the_api_and_404_once_released(served) -> None:  # type: igno
     assert client.usage(sandbox.id, start=samples[-1].timestamp + 1) == []
     text = client.metrics()
     assert f'sandboxd_sandbox_memory_limit_bytes{{sandbox="{sandbox.id}"}}' in text
+    # It names every tenant's sandboxes: nobody without the root token reads it.
+    for offered in ({}, {"Authorization": f"Bearer {sandbox.token}"}):
+        refused = httpx.get(f"http://{address}/metrics", headers=offered)
+        assert refused.status_code == 401
+        assert sandbox.id not in refused.text
     assert "sandboxd_usage_samples_total 3.0" in text
     bad = httpx.get(
         f"http://{address}/v1/sandboxes/{sandbox.id}/metrics?start=soon",
