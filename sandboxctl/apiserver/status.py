@@ -8,11 +8,13 @@ reason follows the code (``REASONS``), and an expired resourceVersion is ``Expir
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
 
 from sandboxctl.apiserver.errors import status_of
-from sandboxctl.store.errors import Expired, NodeRefused
+from sandboxctl.store.errors import Expired, NodeRefused, NodeUnavailable
 
+log = logging.getLogger("sandboxctl.apiserver")
 NOT_FOUND_PATH: Final = "the server could not find the requested resource"
 
 REASONS: Final = {
@@ -88,6 +90,11 @@ def api_error(error: Exception, details: dict[str, Any] | None = None) -> ApiErr
         return ApiError(code, str(error), reason="Expired")
     if isinstance(error, NodeRefused):
         return ApiError(code, f"the owning node refused: {error.message}", details=details)
+    if isinstance(error, NodeUnavailable):
+        # Why names the fleet's own addresses: the log has it, a tenant does not.
+        log.warning("a node failed a Sandbox API request: %s", error)
+        return ApiError(code, "the owning node is unreachable", details=details)
     if code == 500:
-        return ApiError(code, f"internal error: {type(error).__name__}: {error}", details=details)
+        log.error("unexpected error serving a Sandbox API request", exc_info=error)
+        return ApiError(code, f"internal error: {type(error).__name__}", details=details)
     return ApiError(code, str(error) or type(error).__name__, details=details)

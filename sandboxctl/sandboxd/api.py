@@ -62,6 +62,7 @@ from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl.serving import BodyCap
 
 MAX_BODY_BYTES = 1 << 20
+RUNTIME_FAILED = "the sandbox runtime failed on this node (its log says why)"
 ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
 
@@ -270,9 +271,12 @@ def status_of(error: Exception) -> int:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    async def refused(_: Request, error: Exception) -> JSONResponse:
+    async def refused(request: Request, error: Exception) -> JSONResponse:
         if isinstance(error, RuntimeFailure):
-            log.error("%s", error)
+            # Its text names host paths and pids: the operator's log has it, a client
+            # (whose tenant may be anyone's) gets what failed, not where.
+            log.error("%s %s: %s", request.method, request.url.path, error)
+            return _error(503, RUNTIME_FAILED)
         return _error(status_of(error), str(error))
 
     # Per class: Starlette hands an Exception handler's errors on to the server, which

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -286,3 +287,22 @@ def test_no_sandbox_can_reach_the_agents_own_port(
     for net in ("none", "egress"):
         assert results[net].returncode != 0
         assert "ConnectionRefused" in results[net].stderr
+
+
+def test_a_runtime_failure_answers_503_without_host_paths(
+    make_agent, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """What failed, not where: the runtime's own words (host paths, pids) are the log's."""
+    from sandboxctl.sandboxd.api import RUNTIME_FAILED
+
+    broken = tmp_path / "broken-root"  # no /proc, /dev... to mount over: the start fails
+    broken.mkdir()
+    agent = make_agent(pools={}, templates={"broken": broken})
+    with (
+        serving(agent, ROOT) as address,
+        AgentClient(address, ROOT) as client,
+        pytest.raises(AgentError) as failed,
+    ):
+        client.claim(ClaimRequest("broken"))
+    assert (failed.value.status, failed.value.message) == (503, RUNTIME_FAILED)
+    assert str(broken) in caplog.text  # the operator still learns why

@@ -556,7 +556,9 @@ def _translate(error: Exception) -> E2bError:
     if isinstance(error, NoWarmCapacity):
         return E2bError(503, f"no warm sandbox available right now; retry: {error}")
     if isinstance(error, NodeUnavailable):
-        return E2bError(502, f"the sandbox's node is unreachable: {error}", NO_RETRY)
+        # Why names the fleet's own addresses: the log has it, a tenant does not.
+        log.warning("a node failed an e2b request: %s", error)
+        return E2bError(502, "the sandbox's node is unreachable", NO_RETRY)
     if isinstance(error, ClaimRoutingOff):
         return E2bError(503, str(error), NO_RETRY)
     code = status_of(error)
