@@ -31,13 +31,19 @@ from sandboxctl.cli.aggregation import (
     aggregation,
 )
 from sandboxctl.cli.options import (
+    BODY_IDLE_TIMEOUT,
+    HEAD_TIMEOUT,
     KubeTokenFile,
+    MaxConnections,
     PublishInterval,
     Reference,
+    RequestBodyIdleTimeout,
+    RequestHeadTimeout,
     StaleAfter,
     TlsCertFile,
     TlsKeyFile,
     freshness_rule,
+    read_bounds,
     service_logging,
 )
 from sandboxctl.cli.sources import (
@@ -68,6 +74,7 @@ from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers, tls_files
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 
 def serve_apiserver(
@@ -170,11 +177,15 @@ def serve_apiserver(
     requestheader_client_ca_file: RequestHeaderCaFile = None,
     requestheader_allowed_names: RequestHeaderAllowedNames = FRONT_PROXY,
     authorization_cache_ttl: AuthorizationCacheTtl = CACHE_TTL,
+    request_head_timeout: RequestHeadTimeout = HEAD_TIMEOUT,
+    request_body_idle_timeout: RequestBodyIdleTimeout = BODY_IDLE_TIMEOUT,
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Serve sandboxes.agents.x-k8s.io/v1beta1 (list, get, watch, create, delete) for kubectl,
     and the e2b API when configured."""
     log = service_logging("sandboxctl.apiserver")
     host, port = parse_listen("--listen", listen)
+    bounds = read_bounds(request_head_timeout, request_body_idle_timeout, max_connections)
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     e2b_config = e2b_settings(
         e2b_key_file,
@@ -247,7 +258,7 @@ def serve_apiserver(
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
             log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
             listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
-        run_servers(listeners, tls=tls)
+        run_servers(listeners, tls=tls, bounds=bounds)
 
 
 def e2b_settings(

@@ -23,6 +23,11 @@ from sandboxctl.core.model import PoolKey
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
+from sandboxctl.serving.bounds import (
+    DEFAULT_BODY_IDLE_TIMEOUT,
+    DEFAULT_HEAD_TIMEOUT,
+    ReadBounds,
+)
 
 
 def parse_duration_flag(value: str | timedelta) -> timedelta:
@@ -155,6 +160,54 @@ TlsKeyFile = Annotated[
         help="The private key (PEM) of --tls-cert-file.",
     ),
 ]
+
+# --- every listener (serving/bounds.py) ----------------------------------------------------
+
+RequestHeadTimeout = Annotated[
+    timedelta,
+    typer.Option(
+        "--request-head-timeout",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="How long a request head may take to arrive, from its connection's start or "
+        "its first byte after a keep-alive; past it: 408, and the connection is closed.",
+        show_default=format_duration(timedelta(seconds=DEFAULT_HEAD_TIMEOUT)),
+    ),
+]
+RequestBodyIdleTimeout = Annotated[
+    timedelta,
+    typer.Option(
+        "--request-body-idle-timeout",
+        parser=parse_duration_flag,
+        metavar="DURATION",
+        help="Close a connection whose request body has sent nothing for this long "
+        "(responses are not bounded: a watch or a command's output lasts as it needs).",
+        show_default=format_duration(timedelta(seconds=DEFAULT_BODY_IDLE_TIMEOUT)),
+    ),
+]
+MaxConnections = Annotated[
+    int,
+    typer.Option(
+        "--max-connections",
+        min=1,
+        metavar="N",
+        help="Most connections each listener holds at once; one more is closed at once.",
+    ),
+]
+HEAD_TIMEOUT = timedelta(seconds=DEFAULT_HEAD_TIMEOUT)
+BODY_IDLE_TIMEOUT = timedelta(seconds=DEFAULT_BODY_IDLE_TIMEOUT)
+
+
+def read_bounds(head: timedelta, body_idle: timedelta, max_connections: int) -> ReadBounds:
+    """The listeners' bounds the flags describe; a duration of 0 or less is refused."""
+    for flag, value in (
+        ("--request-head-timeout", head),
+        ("--request-body-idle-timeout", body_idle),
+    ):
+        if value <= timedelta(0):
+            raise InvalidValueError(f"{flag} {format_duration(value)}: must be above 0s")
+    return ReadBounds(head.total_seconds(), body_idle.total_seconds(), max_connections)
+
 
 Recover = Annotated[
     bool,

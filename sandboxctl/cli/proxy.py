@@ -14,10 +14,16 @@ import typer
 from sandboxctl.apiserver.kubeconfig import server_url
 from sandboxctl.cli.addresses import parse_listen
 from sandboxctl.cli.options import (
+    BODY_IDLE_TIMEOUT,
+    HEAD_TIMEOUT,
+    MaxConnections,
     PublishInterval,
     Reference,
+    RequestBodyIdleTimeout,
+    RequestHeadTimeout,
     StaleAfter,
     freshness_rule,
+    read_bounds,
     service_logging,
 )
 from sandboxctl.cli.sources import (
@@ -34,6 +40,7 @@ from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AF
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 
 def serve_proxy(
@@ -66,6 +73,9 @@ def serve_proxy(
     listen: Annotated[
         str, typer.Option("--listen", metavar="HOST:PORT", help="Address to serve envd on.")
     ] = "127.0.0.1:3001",
+    request_head_timeout: RequestHeadTimeout = HEAD_TIMEOUT,
+    request_body_idle_timeout: RequestBodyIdleTimeout = BODY_IDLE_TIMEOUT,
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Serve the envd proxy: route e2b envd traffic to the node that owns each sandbox.
     Cleartext HTTP only; put TLS in front of it."""
@@ -78,6 +88,7 @@ def serve_proxy(
         )
     secret = read_secret("--e2b-envd-secret-file", secret_file).encode()
     host, port = parse_listen("--listen", listen)
+    bounds = read_bounds(request_head_timeout, request_body_idle_timeout, max_connections)
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     mesh = fleet_source(
         source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
@@ -90,4 +101,5 @@ def serve_proxy(
             domain.strip("."),
             mesh.description,
         )
-        run_servers([(create_proxy_app(store, secret, domain.strip(".")), sock)], loop="uvloop")
+        app = create_proxy_app(store, secret, domain.strip("."))
+        run_servers([(app, sock)], loop="uvloop", bounds=bounds)

@@ -13,12 +13,18 @@ import typer
 
 from sandboxctl.cli.addresses import join_host_port, parse_listen
 from sandboxctl.cli.options import (
+    BODY_IDLE_TIMEOUT,
+    HEAD_TIMEOUT,
+    MaxConnections,
     Recover,
+    RequestBodyIdleTimeout,
+    RequestHeadTimeout,
     RuntimeRoot,
     SandboxCidr,
     SandboxDns,
     TemplateStoreDir,
     parse_pool_flag,
+    read_bounds,
     service_logging,
 )
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
@@ -43,6 +49,7 @@ from sandboxctl.sandboxd.unsafe import WARNING as UNSAFE_WARNING
 from sandboxctl.sandboxd.unsafe import UnsafeProcessRuntime
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 
 class RuntimeName(enum.StrEnum):
@@ -120,10 +127,14 @@ def serve_sandboxd(
     recover: Recover = False,
     sandbox_cidr: SandboxCidr = AUTO,
     sandbox_dns: SandboxDns = "host",
+    request_head_timeout: RequestHeadTimeout = HEAD_TIMEOUT,
+    request_body_idle_timeout: RequestBodyIdleTimeout = BODY_IDLE_TIMEOUT,
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Run the host agent: isolated sandboxes with warm pools and leases."""
     log = service_logging("sandboxctl.sandboxd")
     host, port = parse_listen("--listen", listen)
+    bounds = read_bounds(request_head_timeout, request_body_idle_timeout, max_connections)
     token = read_secret("--token-file", token_file) if token_file else None
     if token is None:
         if not _is_loopback(host):
@@ -163,7 +174,7 @@ def serve_sandboxd(
             network = sandbox_network(layout.path.name, sandbox_cidr, sandbox_dns, layout.path)
         agent = Agent(settings, sandboxes, network=network)
         collect = functools.partial(collect_gone, layout)  # once the start has succeeded
-        serve(agent, sock, token, destroy_on_exit, started=collect)
+        serve(agent, sock, token, destroy_on_exit, bounds, started=collect)
 
 
 def _runtime(name: RuntimeName) -> Runtime:

@@ -10,9 +10,14 @@ from typing import Annotated
 import typer
 
 from sandboxctl.cli.options import (
+    BODY_IDLE_TIMEOUT,
+    HEAD_TIMEOUT,
+    MaxConnections,
     PublishInterval,
     Recover,
     Reference,
+    RequestBodyIdleTimeout,
+    RequestHeadTimeout,
     RuntimeRoot,
     SandboxCidr,
     SandboxDns,
@@ -20,6 +25,7 @@ from sandboxctl.cli.options import (
     TemplateStoreDir,
     freshness_rule,
     parse_pool_flag,
+    read_bounds,
     service_logging,
 )
 from sandboxctl.core.freshness import (
@@ -35,6 +41,7 @@ from sandboxctl.sandboxd.network.sandboxes import AUTO
 from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root, prepare
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.serving import bind
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 DEFAULT_STATE_DIR = Path(".sandboxctl")
 WARM = 2  # the default pool: this many warm sandboxes of --template
@@ -124,10 +131,14 @@ def serve(
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
     publish_interval: PublishInterval = DEFAULT_PUBLISH_INTERVAL,
+    request_head_timeout: RequestHeadTimeout = HEAD_TIMEOUT,
+    request_body_idle_timeout: RequestBodyIdleTimeout = BODY_IDLE_TIMEOUT,
+    max_connections: MaxConnections = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Run a whole one-host development fleet: agent, Kubernetes-style API, e2b API and
     envd proxy."""
     log = service_logging("sandboxctl.serve")
+    bounds = read_bounds(request_head_timeout, request_body_idle_timeout, max_connections)
     pools = dict(parse_pool_flag(text) for text in pool or (f"{template}={WARM}",))
     rule = freshness_rule(stale_after, reference, publish_interval, log=log)
     BubblewrapRuntime.check()  # root, the host tools, user namespaces: one line, exit 2
@@ -157,6 +168,7 @@ def serve(
             sandbox_dns=sandbox_dns,
             template=template,
             template_store=template_store,
+            bounds=bounds,
         )
         # The runtime dir is this start's from here on, a first start's build included:
         # no other start collects it while serve starts or runs (runtimedir.py).

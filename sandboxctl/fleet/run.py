@@ -51,6 +51,7 @@ from sandboxctl.sandboxd.runtimedir import (
 )
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
 from sandboxctl.serving import run_servers
+from sandboxctl.serving.bounds import ReadBounds
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
@@ -86,6 +87,7 @@ class Fleet:
     # "base" is the host's root. Every template in the store is served besides.
     template: str = DEFAULT_TEMPLATE
     template_store: Path = DEFAULT_STORE
+    bounds: ReadBounds = field(default_factory=ReadBounds)  # every listener's (serving)
 
     def url(self, port: int) -> str:
         return server_url(self.host, port)
@@ -182,7 +184,7 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
         # A closed terminal stops the fleet like Ctrl-C (SIGHUP would end it at once and
         # leave every sandbox running); run_servers handles SIGINT and SIGTERM.
         signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
-        run_servers(listeners, tls=kube_tls, tls_only=[kube_sock])
+        run_servers(listeners, tls=kube_tls, tls_only=[kube_sock], bounds=fleet.bounds)
         log.info("stopping")
     finally:
         stopping.set()

@@ -1,13 +1,12 @@
-"""The publisher's own ``/metrics``: when it last published, and how often it failed."""
+"""The publisher's own ``/metrics``: when it last published, and how often it failed;
+served on a thread of its own with every listener's read bounds (``sandboxctl.serving``)."""
 
 from __future__ import annotations
 
-import threading
-from wsgiref.simple_server import WSGIServer
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
-from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.serving import InBackground, bind
+from sandboxctl.serving.bounds import ReadBounds
 
 AGENT = "agent"  # the agent could not be read: nothing was applied
 API = "api"  # the apply failed
@@ -43,21 +42,16 @@ class PublishMetrics:
         )
         for reason in (AGENT, API):
             self.failures.labels(reason)
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: InBackground | None = None
 
-    def serve(self, host: str, port: int) -> int:
+    def serve(self, host: str, port: int, bounds: ReadBounds | None = None) -> int:
         """Serve ``/metrics`` on a thread; returns the bound port (one line and exit 2
-        when it cannot listen)."""
-        try:
-            self._server, self._thread = start_http_server(port, host, registry=self.registry)
-        except OSError as error:
-            raise ConfigurationError(
-                f"--metrics-listen {host}:{port}: cannot listen: {error.strerror}"
-            ) from None
-        return int(self._server.server_address[1])
+        when it cannot listen). ``bounds``: how the listener reads requests (default:
+        every listener's)."""
+        app = make_asgi_app(self.registry)
+        self._server = InBackground(app, bind(host, port), bounds)
+        return self._server.port
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()

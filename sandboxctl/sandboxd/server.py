@@ -9,6 +9,7 @@ from collections.abc import Callable
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.api import create_app
 from sandboxctl.serving import run_server
+from sandboxctl.serving.bounds import ReadBounds
 
 log = logging.getLogger("sandboxctl.sandboxd")
 
@@ -18,10 +19,11 @@ def serve(
     sock: socket.socket,
     root_token: str | None,
     destroy_on_exit: bool,
+    bounds: ReadBounds | None = None,
     started: Callable[[], None] = lambda: None,
 ) -> None:
-    """Adopt, call ``started``, serve on the bound ``sock``; on a stop signal close the
-    listener and stop the loops."""
+    """Adopt, call ``started``, serve on the bound ``sock`` within ``bounds``; on a stop
+    signal close the listener and stop the loops."""
     report = agent.start()
     started()  # the start has succeeded: what only a successful start may change
     host, port = sock.getsockname()[:2]
@@ -36,7 +38,7 @@ def serve(
         len(report.cleaned),
     )
     try:
-        run_server(create_app(agent, root_token), sock)
+        run_server(create_app(agent, root_token), sock, bounds=bounds)
     finally:
         agent.stop(destroy=destroy_on_exit)
         log.info("stopped; sandboxes %s", "destroyed" if destroy_on_exit else "left running")
