@@ -278,7 +278,12 @@ class _Bounds:
         transport.close()  # mid-request: the app sees the client gone
 
     def _refuse(self, status: int, reason: str, text: str) -> None:
-        """Answer ``status`` and close, between requests (no response is on its way)."""
+        """Answer ``status`` and close; only close while a response is still on its way
+        (the head late is a pipelined one's: a 408 would land inside that response)."""
+        cycle = self.protocol.cycle
+        if cycle is not None and not cycle.response_complete:
+            self.protocol.transport.close()
+            return
         body = f"{text}\n".encode()
         head = (
             f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"

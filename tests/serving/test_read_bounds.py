@@ -5,6 +5,7 @@ keep-alive, a long process stream, an input stream that keeps sending)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -16,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sandboxctl.serving import InBackground, bind
+from sandboxctl.serving.bounds import ReadBounds
 from tests.envd.wire import STREAM, Envd, envelope, envelopes
 from tests.sandboxd.servers import agent_process, free_port, sandboxes_unavailable, wait_until
 from tests.serving.attack import (
@@ -222,3 +225,31 @@ def test_long_process_streams_and_a_paced_input_stream_outlast_the_bounds(start_
         if "data" in m.get("event", {})
     )
     assert out == b"hello\nclosed\n"  # the paced stream's input, not the cut one's
+
+
+async def _ticking(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A response that streams a tick every quarter of the head bound, for four bounds."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for _ in range(16):
+        await send({"type": "http.response.body", "body": b"tick\n", "more_body": True})
+        await asyncio.sleep(HEAD / 4)
+    await send({"type": "http.response.body", "body": b""})
+
+
+def test_a_late_pipelined_head_does_not_answer_into_a_streaming_response() -> None:
+    """A client that pipelines half a head behind a streaming response loses its
+    connection at the head bound, and nothing is written into the response it was
+    reading (a 408 there would read as part of the body)."""
+    server = InBackground(_ticking, bind("127.0.0.1", 0), ReadBounds(HEAD, BODY, LIMIT))
+    try:
+        with connect(f"127.0.0.1:{server.port}") as sock:
+            sock.sendall(b"GET /ticks HTTP/1.1\r\nHost: a\r\n\r\nGET /next HTTP/1.1\r\nX-Half: ")
+            received, after = read_until_closed(sock, 4 * HEAD + 2 * SLACK)
+    finally:
+        server.close()
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"tick" in received
+    assert b"408" not in received
+    assert HEAD - 0.2 <= after <= HEAD + SLACK
