@@ -253,3 +253,37 @@ def test_a_late_pipelined_head_does_not_answer_into_a_streaming_response() -> No
     assert b"tick" in received
     assert b"408" not in received
     assert HEAD - 0.2 <= after <= HEAD + SLACK
+
+
+async def _slow_reader(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """An app that reads a request's body only after three body bounds, then counts it."""
+    if scope["type"] != "http":
+        return
+    await asyncio.sleep(3 * BODY)
+    size, more = 0, True
+    while more:
+        message = await receive()
+        size += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"%d" % size
+    headers = [(b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_a_body_the_app_has_not_read_yet_is_not_a_stalled_one() -> None:
+    """A large upload the server holds back (its buffer full, the app busy for three
+    body bounds) sends nothing meanwhile, through no fault of the client's: not cut."""
+    server = InBackground(_slow_reader, bind("127.0.0.1", 0), ReadBounds(HEAD, BODY, LIMIT))
+    size = 8 * 1024 * 1024
+    try:
+        with connect(f"127.0.0.1:{server.port}") as sock:
+            head = b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % size
+            sending = threading.Thread(target=sock.sendall, args=(head + b"x" * size,))
+            sending.start()
+            answer = read_response(sock, timeout=3 * BODY + 2 * SLACK)
+            sending.join(timeout=10)
+    finally:
+        server.close()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert answer.endswith(b"\r\n\r\n%d" % size)
