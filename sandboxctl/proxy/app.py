@@ -22,7 +22,15 @@ from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
 from sandboxctl.proxy.signature import BadSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
-from sandboxctl.relay import Connection, open_websocket, relay_websocket
+from sandboxctl.relay import (
+    CallerGone,
+    Connection,
+    Response,
+    forward,
+    guest_port_failure,
+    open_websocket,
+    relay_websocket,
+)
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger("sandboxctl.proxy")
@@ -33,6 +41,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 ENVD_PORT: Final = 49983
+JSON: Final = "application/json"
 TRAFFIC_TOKEN: Final = "e2b-traffic-access-token"
 CONNECT_TIMEOUT: Final = 5.0
 OUTCOMES: Final = (
@@ -280,8 +289,10 @@ class ProxyApp:
         guest: Connection | None = None,
     ) -> None:
         """Relay to the owning agent under ``prefix`` (envd's by default), or over
-        ``guest`` (a connection of the direct guests' pool) straight to a guest port,
-        whose answers are the guest's own and passed on as they are."""
+        ``guest`` (a connection of the direct guests' pool) straight to a guest port.
+        The response is checked and passed on by ``relay`` (one final response, its
+        framing the relay's own check); a guest port's answers are otherwise the
+        guest's own."""
         has_body = "content-length" in headers or "transfer-encoding" in headers
         chunked = "transfer-encoding" in headers
         if guest is not None:
@@ -301,7 +312,7 @@ class ProxyApp:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        raise ClientGone
+                        raise CallerGone
                     chunk = message.get("body", b"")
                     if chunk:
                         yield chunk
@@ -335,6 +346,8 @@ class ProxyApp:
 
         watcher = asyncio.create_task(watch())
         started = False
+        relay = "envd relay" if target.port == ENVD_PORT else f"guest port {target.port} relay"
+        via = "straight" if guest is not None else f"through {owner.node}"
         try:
             try:
                 async with pool.exchange(
@@ -342,7 +355,6 @@ class ProxyApp:
                     head,
                     body() if has_body else None,
                     chunked=chunked,
-                    head_only=scope["method"] == "HEAD",
                     connection=connection,
                 ) as upstream:
                     if upstream.status == 401 and guest is None:
@@ -353,35 +365,25 @@ class ProxyApp:
                         self.metrics.count("unknown")
                         await _not_found(reply, target)
                         return
-                    response_headers = _response_headers(upstream.headers)
-                    if (
-                        guest is None
-                        and upstream.status in (404, 502)
-                        and _is_json(response_headers)
-                    ):
+                    if guest is None and upstream.status in (404, 502) and _is_json(upstream):
                         self.resolver.forget(target.sandbox_id)  # maybe a stale owner
                     self.metrics.count("routed")
-                    await reply(
-                        {
-                            "type": "http.response.start",
-                            "status": upstream.status,
-                            "headers": response_headers,
-                        }
-                    )
-                    started = True
-                    async for chunk, last in upstream.body():
-                        await reply(
-                            {"type": "http.response.body", "body": chunk, "more_body": not last}
-                        )
-            except (UpstreamError, ClientGone) as error:
+                    started = True  # forward sends the head before it can fail
+                    await forward(upstream, reply)
+            except (UpstreamError, CallerGone) as error:
                 if started:
-                    # Leave the response unfinished: the server then drops the connection,
+                    # The response stays unfinished: the server then drops the connection,
                     # so the caller sees a cut stream, never a complete-looking short one.
-                    log.info("envd relay for %s broke off: %s", target.sandbox_id, error)
+                    log.info("%s for %s (%s) broke off: %s", relay, target.sandbox_id, via, error)
+                    return
+                self.metrics.count("upstream_error")
+                log.info("%s for %s (%s) failed: %s", relay, target.sandbox_id, via, error)
+                if guest is not None and isinstance(error, UpstreamError):
+                    # The guest's own server answered badly: say so, as the agent would.
+                    text = guest_port_failure(target.port, error)
+                    await _reply_bytes(reply, 502, json.dumps({"error": text}).encode(), JSON)
                     return
                 self.resolver.forget(target.sandbox_id)
-                self.metrics.count("upstream_error")
-                log.info("envd relay for %s failed: %s", target.sandbox_id, error)
                 await _not_found(reply, target)
         except asyncio.CancelledError:
             if not hung_up.is_set():
@@ -392,10 +394,6 @@ class ProxyApp:
                 self.metrics.count("upstream_error")
         finally:
             watcher.cancel()
-
-
-class ClientGone(Exception):
-    """The caller hung up before its request body was read."""
 
 
 def create_proxy_app(
@@ -474,27 +472,10 @@ def _outbound_headers(
     return out
 
 
-def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The agent's response headers less hop-by-hop ones (uvicorn frames the body anew)."""
-    connection = {
-        token.strip().lower()
-        for name, value in raw
-        if name.lower() == b"connection"
-        for token in value.decode("latin-1").split(",")
-        if token.strip()
-    }
-    return [
-        (name, value)
-        for name, value in raw
-        if (lowered := name.lower().decode("latin-1")) not in HOP_BY_HOP
-        and lowered not in connection
-    ]
-
-
-def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+def _is_json(response: Response) -> bool:
     return any(
         name.lower() == b"content-type" and value.startswith(b"application/json")
-        for name, value in headers
+        for name, value in response.headers
     )
 
 

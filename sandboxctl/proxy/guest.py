@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from sandboxctl.relay import Connection, Upstream, UpstreamError
+from sandboxctl.relay import Connection, Upstream, UpstreamError, WatchedReader, open_stream
 from sandboxctl.sandboxd.network.firewall import GUEST_MARK
 from sandboxctl.sandboxd.network.links import host_end
 
@@ -89,8 +89,8 @@ class DirectGuests:
         self.pool.close()
 
 
-async def _open_bound(key: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection(sock=await _connect_bound(key))
+async def _open_bound(key: str) -> tuple[WatchedReader, asyncio.StreamWriter]:
+    return await open_stream(sock=await _connect_bound(key))
 
 
 async def _connect_bound(key: str) -> socket.socket:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import logging
 import os
 import re
 import socket
@@ -26,10 +27,21 @@ from concurrent.futures import Future
 from typing import Final
 
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from websockets.exceptions import InvalidHandshake
 
-from sandboxctl.relay import Upstream, UpstreamError, open_websocket, relay_websocket
+from sandboxctl.relay import (
+    CallerGone,
+    Upstream,
+    UpstreamError,
+    WatchedReader,
+    forward,
+    guest_port_failure,
+    open_stream,
+    open_websocket,
+    os_error_text,
+    relay_websocket,
+)
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import AgentRefusal
 
@@ -42,6 +54,7 @@ HOP_BY_HOP: Final = frozenset(
 )  # fmt: skip
 DROPPED: Final = frozenset({"host", "authorization", "content-length", "expect"})
 _libc = ctypes.CDLL(None, use_errno=True)
+log = logging.getLogger("sandboxctl.sandboxd.guestports")
 
 
 def connect_inside(pid: int, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
@@ -69,11 +82,11 @@ def connect_inside(pid: int, port: int, timeout: float = CONNECT_TIMEOUT) -> soc
     return result.result()
 
 
-async def _open_inside(key: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _open_inside(key: str) -> tuple[WatchedReader, asyncio.StreamWriter]:
     """A pool connection for ``PID:PORT``: opened inside that process's namespace."""
     pid, port = (int(part) for part in key.split(":"))
     sock = await asyncio.to_thread(connect_inside, pid, port)
-    return await asyncio.open_connection(sock=sock)
+    return await open_stream(sock=sock)
 
 
 class GuestPorts:
@@ -107,13 +120,14 @@ class GuestPorts:
             await reply(send, 502, f"sandbox {sandbox_id} is not running")
             return
         if not websocket:
-            # Kept-alive connections per sandbox init and port; the pid names the network.
-            await self._relay(scope, receive, send, f"{identity.pid}:{port}", port)
+            # Kept-alive connections per sandbox init and port; the pid names the network
+            # (a pool key: it never appears in an answer or a log line).
+            await self._relay(scope, receive, send, f"{identity.pid}:{port}", sandbox_id, port)
             return
         try:
             sock = await asyncio.to_thread(connect_inside, identity.pid, port)
         except OSError as error:
-            await reply(send, 502, f"nothing answers on port {port} of {sandbox_id}: {error}")
+            await reply(send, 502, f"nothing answers on port {port}: {os_error_text(error)}")
             return
         await self._websocket(scope, receive, send, sock, port, found["rest"] or "/")
 
@@ -136,7 +150,9 @@ class GuestPorts:
         await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
         await relay_websocket(receive, send, upstream)
 
-    async def _relay(self, scope: Scope, receive: Receive, send: Send, key: str, port: int) -> None:
+    async def _relay(
+        self, scope: Scope, receive: Receive, send: Send, key: str, sandbox_id: str, port: int
+    ) -> None:
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
         named = dict(headers)
         chunked = "transfer-encoding" in named
@@ -158,39 +174,32 @@ class GuestPorts:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    return
+                    raise CallerGone  # the guest must not take a part for the whole
                 if message.get("body"):
                     yield message["body"]
                 if not message.get("more_body", False):
                     return
 
         started = False
+
+        async def relayed(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
             async with self._pool.exchange(
-                key,
-                head,
-                body() if has_body else None,
-                chunked=chunked,
-                head_only=scope["method"] == "HEAD",
+                key, head, body() if has_body else None, chunked=chunked
             ) as response:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": response.status,
-                        "headers": [
-                            (k, v)
-                            for k, v in response.headers
-                            if k.lower().decode() not in HOP_BY_HOP
-                        ],
-                    }
-                )
-                started = True
-                async for chunk, last in response.body():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+                await forward(response, relayed)
+        except CallerGone:
+            return
         except UpstreamError as error:
-            if not started:
-                await _reply(send, 502, f"nothing answers on port {port}: {error}")
-            # else: leave the response unfinished, so the caller sees a cut stream
+            if started:  # the response stays unfinished: the caller sees a cut stream
+                log.info("guest port %d relay for %s broke off: %s", port, sandbox_id, error)
+                return
+            log.info("guest port %d relay for %s failed: %s", port, sandbox_id, error)
+            await _reply(send, 502, guest_port_failure(port, error))
 
 
 async def _close(send: Send, status: int, message: str) -> None:

@@ -1,0 +1,85 @@
+"""Passing a relayed response on to the ASGI server (uvicorn) the relay runs in.
+
+uvicorn frames what it sends itself: it counts a Content-Length and chunks a body that
+has none. So the relayed head keeps only what describes the content, and nothing that
+would make uvicorn expect a body it will not get or refuse the head halfway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from sandboxctl.relay.connection import Unreachable, UpstreamError
+from sandboxctl.relay.response import Response
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+HOP_BY_HOP: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# uvicorn adds its own Date and Server to every response: relayed ones would come twice.
+ADDED_BY_THE_SERVER: Final = frozenset({b"date", b"server"})
+
+
+class CallerGone(Exception):
+    """The caller hung up before its request body was read: the request is not finished
+    upstream (its connection is closed), so the server never takes a part for the whole."""
+
+
+def forwarded_headers(response: Response) -> list[tuple[bytes, bytes]]:
+    """The response's headers less hop-by-hop ones (and those its Connection names), less
+    Date and Server, and less a Content-Length that uvicorn would hold a body to: a 204
+    has none (RFC 9110 §8.6); a 304 to a GET loses it (uvicorn's httptools server would
+    wait for that many bytes); the answer to a HEAD keeps it (the length a GET would
+    have: both of uvicorn's servers send it with no body)."""
+    named = {
+        option.strip().lower()
+        for name, value in response.headers
+        if name.lower() == b"connection"
+        for option in value.split(b",")
+    }
+    drop_length = response.status == 204 or (response.status == 304 and response.method != b"HEAD")
+    forwarded = []
+    for name, value in response.headers:
+        lowered = name.lower()
+        if lowered in HOP_BY_HOP or lowered in ADDED_BY_THE_SERVER or lowered in named:
+            continue
+        if drop_length and lowered == b"content-length":
+            continue
+        forwarded.append((name, value))
+    return forwarded
+
+
+async def forward(response: Response, send: Send) -> None:
+    """Send ``response`` on as an ASGI response, its body as it arrives. A body cut short
+    raises :class:`UpstreamError` with the response unfinished: the caller must leave it
+    so, and uvicorn then drops the connection, so its client sees a cut stream, never a
+    complete-looking short one."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": forwarded_headers(response),
+        }
+    )
+    async for chunk, last in response.body():
+        await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+
+
+def guest_port_failure(port: int, error: UpstreamError) -> str:
+    """What a guest-port request that got no response is answered (502), on either path
+    (straight from the proxy or through the agent)."""
+    if isinstance(error, Unreachable):
+        return f"nothing answers on port {port}: {error}"
+    return f"port {port} did not answer with one valid HTTP/1.1 response: {error}"
