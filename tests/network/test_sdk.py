@@ -4,9 +4,11 @@ deny rules and their live update, and guest ports through the envd proxy
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -244,5 +246,49 @@ def test_a_websocket_to_a_guest_port_is_relayed_both_ways(sdk: dict[str, Any], b
             assert websocket.recv(timeout=5) == "echo: hi"
             websocket.send(b"\x00\x01")
             assert websocket.recv(timeout=5) == b"echo: \x00\x01"
+    finally:
+        sandbox.kill()
+
+
+HOSTILE = (Path(__file__).parents[1] / "proxy" / "hostile_server.py").read_text()
+FORGED = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 6\r\n\r\nforged"
+
+
+def test_a_hostile_guest_reached_straight_is_checked_as_strictly(sdk: dict[str, Any]) -> None:
+    """The proxy's straight path to a guest port checks the guest's answers as the
+    agent's relay does (tests/proxy/test_sdk_relay.py attacks that one)."""
+    sandbox = create_sandbox(sdk)
+    try:
+        sandbox.files.write("/home/user/hostile_server.py", HOSTILE)
+        sandbox.commands.run("python3 /home/user/hostile_server.py 8000 0.0.0.0", background=True)
+        host = {"Host": sandbox.get_host(8000)}
+        with httpx.Client(base_url=sdk["sandbox_url"], headers=host, timeout=30) as client:
+            # Through the agent the server sees 127.0.0.1; straight, the gateway. A
+            # refusal (the server not up yet) is remembered for 2 s.
+            deadline = time.monotonic() + 20
+            while (peer := client.get("/peer")).status_code != 200 or peer.text == LOOPBACK:
+                assert time.monotonic() < deadline, "never reached straight"
+                time.sleep(0.1)
+            desync = client.get("/desync")
+            assert (desync.status_code, desync.content) == (200, FORGED)
+            assert client.get("/extra").content == b"plain"
+            assert client.get("/plain").content == b"plain"
+            switched = client.get("/101")
+            assert switched.status_code == 502
+            assert switched.json() == {
+                "error": "port 8000 did not answer with one valid HTTP/1.1 response: "
+                "the server switched protocols (101) unasked"
+            }
+            empty = client.get("/204")
+            assert (empty.status_code, empty.content) == (204, b"")
+            assert "content-length" not in empty.headers
+            head = client.head("/head")
+            assert (head.headers["content-length"], head.content) == ("1000", b"")
+            big = client.get("/big")
+            expected = b"".join(hashlib.sha256(b"%d" % i).digest() for i in range((10 << 20) // 32))
+            assert big.content == expected
+            with pytest.raises(httpx.RemoteProtocolError):
+                client.get("/cut")
+            assert client.get("/peer").text != LOOPBACK  # still straight
     finally:
         sandbox.kill()

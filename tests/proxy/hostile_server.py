@@ -3,7 +3,7 @@ sandbox's own python3: the standard library only). Each path answers as an attac
 server would; what happened to its connections is written to STATS, which the test
 reads through envd, so that reading it never touches the guest-port connections.
 
-    python3 hostile_server.py PORT
+    python3 hostile_server.py PORT [ADDRESS]   (default 127.0.0.1)
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def junk_when_poked(conn: socket.socket, sent: threading.Event) -> None:
     count("junk_sent")
 
 
-def serve(conn: socket.socket) -> None:
+def serve(conn: socket.socket, peer: str) -> None:
     count("connections")
     junk = threading.Event()
     data = b""
@@ -96,15 +96,21 @@ def serve(conn: socket.socket) -> None:
                 conn.sendall(PLAIN)
                 threading.Thread(target=junk_when_poked, args=(conn, junk), daemon=True).start()
                 continue
+            if path == b"/peer":  # who asked: the agent (127.0.0.1) or the proxy, straight
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(peer), peer.encode())
+                )
+                continue
             conn.sendall(ANSWERS.get(path, PLAIN))
 
 
 def main() -> None:
-    server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+    address = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+    server = socket.create_server((address, int(sys.argv[1])))
     publish()
     while True:
-        conn, _ = server.accept()
-        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+        conn, (peer, _) = server.accept()
+        threading.Thread(target=serve, args=(conn, peer), daemon=True).start()
 
 
 if __name__ == "__main__":
