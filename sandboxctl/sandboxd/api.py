@@ -2,9 +2,9 @@
 
 Auth: with a root token, every call needs ``Authorization: Bearer <root>``, except the
 per-sandbox verbs (release, renew, hibernate, wake), which also take that sandbox's own
-token; ``/metrics`` too needs the root token (it names every sandbox, which the e2b API
-shows each tenant only of its own, and a sandbox id is enough to reach a public guest
-port). envd, the e2b data plane of each sandbox
+token, and ``/healthz``, which is open. ``/metrics`` needs the root token too: it names
+every sandbox, which the e2b API shows each tenant only of its own, and a sandbox id is
+enough to reach a public guest port. envd, the e2b data plane of each sandbox
 (``sandboxctl.envd``), is served under ``/v1/sandboxes/{id}/envd/`` with the same
 root-or-sandbox auth, outside the body cap. Without a root token (development mode) nothing is
 checked, and the CLI only allows a loopback listen address.
@@ -174,6 +174,10 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
             targets[pool.key] = targets.get(pool.key, 0) + pool.warm
         agent.set_pools(targets)
         return agent.info().to_json()
+
+    @app.get("/healthz", status_code=204)
+    def healthz() -> Response:
+        return Response(status_code=204)  # open: it says only that the agent answers
 
     @app.get("/metrics", dependencies=as_root)
     def prometheus() -> Response:

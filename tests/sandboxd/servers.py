@@ -88,7 +88,7 @@ def agent_process(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run `sandboxctl serve-sandboxd ARGS` until it answers; stop it at the end."""
     with service_process(
-        ["serve-sandboxd", *args], f"http://{address}/metrics", output=output
+        ["serve-sandboxd", *args], f"http://{address}/healthz", output=output
     ) as process:
         yield process
 
