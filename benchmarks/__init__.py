@@ -50,6 +50,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_guard",
         "guard-workers: tick over 5000 pods, busy -> annotated, API requests per tick",
     ),
+    "tenancy": (
+        "benchmarks.bench_tenancy",
+        "tenancy: claim/commands/files beside the build before, agent RSS under an unread flood",
+    ),
     "capacity": (
         "benchmarks.bench_capacity",
         "e2b creates: 20 at once on 2 warm (failures, p50/p99), warm vs cold fallback",

@@ -327,14 +327,27 @@ def _proxy_process(stack: _Stack) -> Iterator[tuple[subprocess.Popen[bytes], str
 
 @contextmanager
 def _service(
-    folder: Path, name: str, arguments: list[str], ready: Callable[[], bool]
+    folder: Path,
+    name: str,
+    arguments: list[str],
+    ready: Callable[[], bool],
+    build: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``sandboxctl ARGUMENTS`` as its own process (as deployed), once ``ready``; stopped
-    with SIGTERM on exit."""
+    with SIGTERM on exit. ``build``: a directory holding another build's ``sandboxctl``
+    (``oldtree.extract``), run instead of this one."""
     log_path = folder / f"{name}.log"
+    env = None
+    if build is not None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxctl", *arguments], stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "sandboxctl", *arguments],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=build,  # first on sys.path with -m
+            env=env,
         )
     try:
 

@@ -84,7 +84,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import Row, with_target
+from benchmarks import Row, oldtree, with_target
 from benchmarks.fleet import FLEET_NOW, claim_id, generate_fleet, node_name, republish
 from benchmarks.store_baseline import (
     DEEP_PAGES,
@@ -152,28 +152,9 @@ class _OldBuild:
         """Extract the old trees into ``tree`` and start the old build there (it sets up
         while this process does)."""
         here = Path(__file__).resolve().parent
-        git = shutil.which("git")
-        if git is None:
-            self.why = "git is not installed"
-            return
-        top = subprocess.run(
-            [git, "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True
-        )
-        if top.returncode != 0:
-            self.why = f"not a git checkout ({top.stderr.strip()})"
-            return
-        archive = subprocess.run(
-            [git, "archive", OLD_COMMIT, "sandboxctl", "benchmarks"],
-            cwd=top.stdout.strip(),
-            capture_output=True,
-        )
-        if archive.returncode != 0:
-            self.why = f"git archive {OLD_COMMIT}: {archive.stderr.decode().strip()}"
-            return
-        try:
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-        except (OSError, subprocess.CalledProcessError) as error:
-            self.why = f"extracting {OLD_COMMIT}: {error}"
+        why = oldtree.extract(OLD_COMMIT, tree, ("sandboxctl", "benchmarks"))
+        if why is not None:
+            self.why = why
             return
         shutil.copy(here / "store_baseline.py", tree / "benchmarks")
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
