@@ -159,11 +159,15 @@ class Upstream:
 
     async def _sweep(self) -> None:
         """Close connections idle too long or hung up, until none is left; cancelled
-        (the loop is shutting down), close them all."""
+        (the loop is shutting down), close them all. It looks only after a sleep: a
+        connection put back is usually taken again at once, and a sweeper that looked
+        first would end and be made anew for every request."""
         loop = asyncio.get_running_loop()
         try:
-            while any(self._idle.values()):
+            while True:
                 await asyncio.sleep(self.idle_seconds / 2)
+                if not any(self._idle.values()):
+                    return
                 oldest = loop.time() - self.idle_seconds
                 for idle in self._idle.values():
                     expired = [c for c in idle if c.idle_since <= oldest or not c.usable()]
