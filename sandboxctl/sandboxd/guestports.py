@@ -7,7 +7,11 @@ without any network (only ``lo``) and a server bound to its loopback are reached
 and nothing of the sandbox is exposed on the host. The envd proxy routes
 ``{port}-{id}.{domain}`` here (docs/envd-proxy.md). Nothing listening answers 502 at once.
 Connections into a sandbox are kept alive and reused (``relay.Upstream``, keyed by the
-sandbox's init pid and the port), as the proxy keeps its connections to the agents.
+sandbox's init pid and the port), as the proxy keeps its connections to the agents. The
+guest's answers are checked by the relay (one final response per request, its end
+known, a connection that carried anything more closed), so what reaches the proxy on
+its connection to this agent, which every tenant's requests share, is one well-formed
+response per request.
 A WebSocket upgrade is relayed message by message (the guest's server answers the
 handshake; ASGI servers hand no raw connection over, so bytes cannot be spliced).
 """
