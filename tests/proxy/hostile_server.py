@@ -68,8 +68,8 @@ def junk_when_poked(conn: socket.socket, sent: threading.Event) -> None:
     exchange is over: it sits idle in the relay's pool."""
     while not os.path.exists(POKE):
         time.sleep(0.01)
+    sent.set()  # before: the relay may close the connection as soon as the bytes land
     conn.sendall(FORGED)
-    sent.set()
     count("junk_sent")
 
 
