@@ -138,7 +138,8 @@ class _Writer:
     @classmethod
     async def open(cls, target: Target, path: str) -> _Writer:
         argv = ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path]
-        return cls(target, path, await target.spawn(Command(argv, stdin="pipe")))
+        command = Command(argv, stdin="pipe", inline_shell=True)
+        return cls(target, path, await target.spawn(command))
 
     async def write(self, data: bytes) -> None:
         if not data:

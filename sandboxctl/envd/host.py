@@ -29,6 +29,9 @@ class Command:
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the sandbox's own
     cwd: str = SANDBOX_HOME
     stdin: Stdin = "null"
+    # For the agent's own ``/bin/sh -c SCRIPT [NAME [ARGS...]]``: the shell that enters
+    # the sandbox runs SCRIPT itself, one program less (its $0 is that shell's).
+    inline_shell: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from sandboxctl.core.envvars import is_variable_name
@@ -81,11 +81,19 @@ def command_script(
         lines.append(redirect)
     lines.append(f"cd -- {_quoted(cwd or command.cwd, 'cwd')} || exit")
     argv = " ".join(_quoted(arg, "argv") for arg in command.argv)
+    inline = _shell_script(command.argv) if command.inline_shell else None
     if command.stdin == "terminal":
         # A session of its own with the terminal as its controlling tty (where the
         # sandbox has setsid -c), so Ctrl-C and a resize reach its foreground job.
         lines.append(f"command -v setsid >/dev/null 2>&1 && exec setsid -c {argv}")
-    lines.append(f"exec {argv}")
+        lines.append(f"exec {argv}")
+    elif inline is not None:
+        script, args = inline
+        _quoted(script, "argv")  # the NUL check
+        lines.append(" ".join(["set --", *(_quoted(arg, "argv") for arg in args)]))
+        lines.append(script)
+    else:
+        lines.append(f"exec {argv}")
     text = "\n".join(lines) + "\n"
     try:
         return f"{text.count(chr(10))}\n{text}".encode()
@@ -132,6 +140,13 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _shell_script(argv: Sequence[str]) -> tuple[str, Sequence[str]] | None:
+    """(SCRIPT, ARGS) of ``/bin/sh -c SCRIPT [NAME [ARGS...]]``, else None."""
+    if len(argv) >= 3 and argv[0] == "/bin/sh" and argv[1] == "-c":
+        return argv[2], argv[4:]
+    return None
 
 
 def _quoted(value: str, field: str) -> str:

@@ -55,7 +55,9 @@ def start_template(
                 f"before the sandbox was ready" + _said(start.output())
             )
         ready = entering.run(
-            runtime.enter(spec, identity, _shell(template.ready_cmd)), text=True, errors="replace"
+            runtime.enter(spec, identity, _shell(template.ready_cmd, inline=True)),
+            text=True,
+            errors="replace",
         )
         if ready.returncode == 0:
             events.record(
@@ -109,8 +111,11 @@ def _ended(events: EventLog, sandbox_id: str, code: int, said: str) -> None:
     )
 
 
-def _shell(command: str) -> Command:
-    return Command(["/bin/sh", "-c", command])
+def _shell(command: str, inline: bool = False) -> Command:
+    """``command`` by /bin/sh; ``inline``: by the shell that enters the sandbox, one
+    program less for a ready command run every READY_INTERVAL (a start command gets a
+    shell of its own, which execs a lone server as ``sh -c`` does)."""
+    return Command(["/bin/sh", "-c", command], inline_shell=inline)
 
 
 def _said(lines: list[str]) -> str:
