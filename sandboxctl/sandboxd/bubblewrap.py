@@ -87,7 +87,6 @@ INSTALL_HINTS = {
     "setpriv": "install util-linux: apt-get install util-linux",
     "nsenter": "install util-linux: apt-get install util-linux",
     "prlimit": "install util-linux: apt-get install util-linux",
-    "stat": "install coreutils: apt-get install coreutils",
     "mount": "install mount: apt-get install mount",
 }
 
@@ -324,12 +323,44 @@ def check_path(path: str) -> list[str]:
 LAUNCHERS = Launchers()
 
 
+class PinnedNamespaces:
+    """An open file of each entered sandbox's pid namespace, by sandbox id: what an enter
+    command compares ``/proc/PID/ns/pid`` with (``test -ef``), so that a recycled pid
+    never leads into another process's namespaces. Opened on first use, once the pid is
+    checked against the sandbox's identity; closed when the sandbox is destroyed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[Identity, int]] = {}
+
+    def path(self, sandbox_id: str, identity: Identity) -> str:
+        """``/proc/AGENT/fd/N``: this process's open file of the sandbox's namespace."""
+        with self._lock:
+            pinned = self._open.get(sandbox_id)
+            if pinned is None or pinned[0] != identity:
+                if pinned is not None:
+                    os.close(pinned[1])
+                    del self._open[sandbox_id]
+                fd = os.open(f"/proc/{identity.pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                if os.fstat(fd).st_ino != identity.pid_namespace or not procfs.matches(identity):
+                    os.close(fd)
+                    raise RuntimeFailure(f"sandbox {sandbox_id} is not running")
+                pinned = self._open[sandbox_id] = (identity, fd)
+            return f"/proc/{os.getpid()}/fd/{pinned[1]}"
+
+    def release(self, sandbox_id: str) -> None:
+        with self._lock:
+            pinned = self._open.pop(sandbox_id, None)
+        if pinned is not None:
+            os.close(pinned[1])
+
+
 class BubblewrapRuntime:
     """Sandboxes as bubblewrap user namespaces, one host uid each (see the module doc)."""
 
     name = "bubblewrap"
     isolated = True
-    TOOLS = ("bwrap", "setpriv", "nsenter", "prlimit", "stat", "mount")
+    TOOLS = ("bwrap", "setpriv", "nsenter", "prlimit", "mount")
 
     def __init__(
         self,
@@ -353,6 +384,7 @@ class BubblewrapRuntime:
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
         self._launchers = LAUNCHERS
+        self._namespaces = PinnedNamespaces()
 
     @property
     def limits_mode(self) -> str:
@@ -599,6 +631,7 @@ class BubblewrapRuntime:
         except OSError as exc:
             raise RuntimeFailure(f"sandbox {spec.id}: cannot destroy: {exc}") from exc
         finally:
+            self._namespaces.release(spec.id)
             self._launchers.reap()
 
     def enter(self, spec: SandboxSpec, identity: Identity, command: Command) -> Entry:
@@ -616,6 +649,7 @@ class BubblewrapRuntime:
         """
         script = command_script(command, open_files=open_files(spec.limits))
         self._require_alive(spec, identity)
+        pinned = self._namespaces.path(spec.id, identity)
         pid = identity.pid
         nsenter = [
             self._tools["nsenter"],
@@ -639,9 +673,10 @@ class BubblewrapRuntime:
         # setpriv drops root's supplementary groups (nsenter cannot: setgroups is
         # denied inside the user namespace) and sets NoNewPrivs before nsenter runs.
         setpriv = [self._tools["setpriv"], "--clear-groups", "--no-new-privs", "--"]
+        # The pid is the sandbox's init only while its pid namespace is the one pinned
+        # (a shell builtin: no program to start for the check).
         guard = (
-            f'[ "$({self._tools["stat"]} -L -c %i /proc/{pid}/ns/pid 2>/dev/null)" = '
-            f'"{identity.pid_namespace}" ] || '
+            f"[ /proc/{pid}/ns/pid -ef {pinned} ] || "
             f'{{ echo "sandboxctl: sandbox {spec.id} is not running" >&2; '
             f"exit {FAILED_TO_ENTER}; }}"
         )
