@@ -32,7 +32,7 @@ import logging
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h11
 import uvicorn
@@ -303,9 +303,12 @@ class _Bounds:
             self.body_timer = None
 
 
-class BoundedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol (what it serves plain HTTP with), bounded; its parser
-    callbacks say what is being read."""
+class _Bounded:
+    """What both bounded protocols share: the bounds made with the protocol, a connection
+    admitted (or closed at once) before uvicorn sees it, and its loss told to them. Put
+    before uvicorn's protocol in the bases."""
+
+    read_bounds: _Bounds
 
     def __init__(
         self,
@@ -314,20 +317,26 @@ class BoundedHttpTools(HttpToolsProtocol):
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self.read_bounds = _Bounds(self, config)
+        super().__init__(config, server_state, app_state, _loop)  # type: ignore[call-arg]
+        self.read_bounds = _Bounds(self, config)  # type: ignore[arg-type]
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self.read_bounds.admit(transport):
-            super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream server's transport (uvloop's is not an asyncio.Transport subclass)
+        if self.read_bounds.admit(cast(asyncio.Transport, transport)):
+            super().connection_made(transport)  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.read_bounds.lost():
+            super().connection_lost(exc)  # type: ignore[misc]
+
+
+class BoundedHttpTools(_Bounded, HttpToolsProtocol):
+    """uvicorn's httptools protocol (what it serves plain HTTP with), bounded; its parser
+    callbacks say what is being read."""
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         self.read_bounds.received(len(data))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.read_bounds.lost():
-            super().connection_lost(exc)
 
     def handle_websocket_upgrade(self) -> None:
         super().handle_websocket_upgrade()
@@ -346,23 +355,9 @@ class BoundedHttpTools(HttpToolsProtocol):
         self.read_bounds.reading = DONE
 
 
-class BoundedH11(H11Protocol):
+class BoundedH11(_Bounded, H11Protocol):
     """uvicorn's h11 protocol (serving/__init__.py serves client certificates with it),
     bounded; h11's state of the client says what is being read."""
-
-    def __init__(
-        self,
-        config: uvicorn.Config,
-        server_state: ServerState,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self.read_bounds = _Bounds(self, config)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self.read_bounds.admit(transport):
-            super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -371,10 +366,6 @@ class BoundedH11(H11Protocol):
             HEAD if state is h11.IDLE else BODY if state is h11.SEND_BODY else DONE
         )
         self.read_bounds.received(len(data))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.read_bounds.lost():
-            super().connection_lost(exc)
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         super().handle_websocket_upgrade(event)
