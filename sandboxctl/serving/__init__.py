@@ -163,11 +163,14 @@ def run_servers(
     socket reads requests within ``bounds`` (default: the defaults of bounds.py), with at
     most its ``max_connections`` at once, fewer when the open-file limit is short."""
     bounds = fit_open_files(bounds or ReadBounds(), len(listeners))
-    by_address = {_address(sock): app for app, sock in listeners}
+    # By port: a socket bound to every address sees each local address a client picks.
+    by_port = {_address(sock)[1]: app for app, sock in listeners}
+    if len(by_port) < len(listeners):
+        raise ConfigurationError("two listeners of one process share a port")
 
     async def dispatch(scope: Any, receive: Any, send: Any) -> None:
         server = scope.get("server")
-        app = by_address.get(tuple(server)) if server else None
+        app = by_port.get(server[1]) if server else None
         if app is None:  # one listener, or a server address uvicorn did not give
             app = listeners[0][0]
         await app(scope, receive, send)

@@ -144,19 +144,22 @@ class Listener:
 
 
 class BoundedConfig(uvicorn.Config):
-    """A uvicorn config whose connections know their listener (by local address)."""
+    """A uvicorn config whose connections know their listener, by its port: a socket
+    bound to every address (0.0.0.0, ::) accepts on any local address a client picks
+    (127.0.0.2, 127.0.0.3...), which must not make a listener, and a limit, of each."""
 
     def __init__(
         self, app: Any, bounds: ReadBounds, addresses: Sequence[Address], **kwargs: Any
     ) -> None:
         super().__init__(app, h11_max_incomplete_event_size=MAX_HEAD_BYTES, **kwargs)
         self.bounds = bounds
-        self.listeners = {address: Listener(address, bounds) for address in addresses}
+        self.listeners = {port: Listener((host, port), bounds) for host, port in addresses}
 
     def listener(self, address: Address) -> Listener:
-        if address not in self.listeners:  # a socket this config was not told of
-            self.listeners[address] = Listener(address, self.bounds)
-        return self.listeners[address]
+        port = address[1]
+        if port not in self.listeners:  # a socket this config was not told of
+            self.listeners[port] = Listener(address, self.bounds)
+        return self.listeners[port]
 
 
 class _Http(Protocol):
@@ -210,6 +213,12 @@ class _Bounds:
         """After data_received: time the head while one is read, else the body."""
         if self.upgraded or self.listener is None or self.protocol.transport.is_closing():
             return
+        cycle = self.protocol.cycle
+        if self.reading == DONE and (cycle is None or cycle.response_complete):
+            # Bytes after a finished exchange begin the next head, whatever the parser
+            # makes of them: llhttp skips a blank line without a callback, and uvicorn's
+            # keep-alive timer stops at any byte.
+            self.reading = HEAD
         if self.reading == HEAD:
             self.head_bytes += count
             if self.head_bytes > MAX_HEAD_BYTES:

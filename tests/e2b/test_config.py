@@ -161,3 +161,36 @@ def test_serve_apiserver_serves_e2b_beside_the_kube_api(state_dir: Path, tmp_pat
                 assert process.wait(timeout=20) == 0
     finally:
         agent.stop(destroy=True)
+
+
+@pytest.mark.skipif(sandboxes_unavailable() is not None, reason=str(sandboxes_unavailable()))
+def test_listeners_bound_to_every_address_each_serve_their_own_api(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """Requests go to the app of the port they arrived on: a socket on 0.0.0.0 sees the
+    local address the client picked, never the address it was bound to."""
+    agent = Agent(AgentSettings("n1", "127.0.0.1:1", state_dir), BubblewrapRuntime())
+    token = write_token(tmp_path / "token", "root-token")
+    secret = write_token(tmp_path / "secret", "envd-secret")
+    keys = tmp_path / "keys"
+    keys.write_text("e2b_key team\n")
+    kube_port, e2b_port = free_port(), free_port()
+    try:
+        with serving(create_app(agent, "root-token")) as agent_url:
+            command = [
+                "serve-apiserver",
+                "--sandboxd-seeds", agent_url.removeprefix("http://"),
+                "--sandboxd-token-file", str(token), "--inventory-poll", "200ms",
+                "--listen", f"0.0.0.0:{kube_port}",
+                "--e2b-listen", f"0.0.0.0:{e2b_port}", "--e2b-api-key-file", str(keys),
+                "--e2b-domain", "example.test", "--e2b-envd-secret-file", str(secret),
+                "--kube-token-file", str(write_token(tmp_path / "kube-tokens", "kube-token *")),
+            ]  # fmt: skip
+            e2b = f"http://127.0.0.1:{e2b_port}"
+            with service_process(command, f"{e2b}/health"):
+                assert status_of(f"{e2b}/health") == 204  # the e2b API's own route
+                kube = f"http://127.0.0.1:{kube_port}"
+                assert status_of(f"{kube}/health") == 401  # the Sandbox API's: no token
+                assert status_of(f"{kube}/readyz") == 200
+    finally:
+        agent.stop(destroy=True)

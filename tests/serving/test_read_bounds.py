@@ -9,6 +9,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -287,3 +288,47 @@ def test_a_body_the_app_has_not_read_yet_is_not_a_stalled_one() -> None:
         server.close()
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b"\r\n\r\n%d" % size)
+
+
+def test_a_blank_line_after_an_answer_starts_the_head_bound(start_agent) -> None:  # type: ignore[no-untyped-def]
+    """After a complete exchange, one CRLF (which the parser skips without a word, and
+    which stops uvicorn's keep-alive timer) must not hold the connection for ever."""
+    address = start_agent()
+    with connect(address) as sock:
+        sock.sendall(INFO)
+        assert read_response(sock).startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"\r\n")
+        answer, after = read_until_closed(sock, HEAD + 2 * SLACK)
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert after <= HEAD + SLACK
+
+
+def test_a_listener_bound_to_every_address_has_one_limit(tmp_path: Path) -> None:
+    """A socket on 0.0.0.0 accepts on any loopback address a client picks (127.0.0.2,
+    127.0.0.3...): each is still the one listener, with one limit of connections."""
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    served = InBackground(app, bind("0.0.0.0", port), ReadBounds(max_connections=4))
+    held = []
+    try:
+        for n in range(2, 6):
+            held.append(connect(f"127.0.0.{n}:{port}"))
+            assert _answered(held[-1])
+        with connect(f"127.0.0.9:{port}") as beyond:
+            answer, after = read_until_closed(beyond, SLACK)
+        assert answer == b""  # closed at once, unanswered
+        assert after < HEAD
+    finally:
+        for sock in held:
+            sock.close()
+        served.close()
+
+
+def _answered(sock: socket.socket) -> bool:
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    return read_response(sock).startswith(b"HTTP/1.1 200 ")
