@@ -137,13 +137,17 @@ class Upstream:
 
     def _take(self, key: str) -> Connection | None:
         idle = self._idle.get(key)
-        while idle:
+        found = None
+        while idle and found is None:
             connection = idle.pop()  # the most recently used: the least likely to expire
             if connection.usable():
                 connection.set_idle(False)
-                return connection
-            connection.close()
-        return None
+                found = connection
+            else:
+                connection.close()
+        if idle is not None and not idle:
+            del self._idle[key]  # keys come and go with sandboxes and their ports
+        return found
 
     def _put(self, connection: Connection) -> None:
         idle = self._idle.setdefault(connection.key, [])
@@ -169,11 +173,13 @@ class Upstream:
                 if not any(self._idle.values()):
                     return
                 oldest = loop.time() - self.idle_seconds
-                for idle in self._idle.values():
+                for key, idle in list(self._idle.items()):
                     expired = [c for c in idle if c.idle_since <= oldest or not c.usable()]
                     for connection in expired:
                         idle.remove(connection)
                         connection.close()
+                    if not idle:
+                        del self._idle[key]
         except asyncio.CancelledError:
             self.close()
             raise

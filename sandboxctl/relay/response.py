@@ -64,26 +64,39 @@ class _PastTheEnd(Exception):
     """Raised from llhttp's callback when a second message begins after the first."""
 
 
-class _Message:
-    """httptools callbacks for one message: its head, and a chunked body."""
+class _Head:
+    """httptools callbacks for one message's head."""
 
     def __init__(self) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
+        self.body = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.body = True
+
+
+class _ChunkedBody:
+    """httptools callbacks for a chunked body, fed its head again first (so that llhttp
+    knows the framing). No ``on_header``: httptools would gather the trailers (which are
+    not relayed) in memory, and a trailer line that never ends would grow without end."""
+
+    def __init__(self, head: bytes) -> None:
         self.complete = False
         self.body: list[bytes] = []
         self.parser = httptools.HttpResponseParser(self)
+        self.parser.feed_data(head)
 
     def on_message_begin(self) -> None:
         if self.complete:  # stop llhttp before it parses bytes that belong to no request
             raise _PastTheEnd
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.head_done:  # after the head: a chunked body's trailers, not relayed
-            self.headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        self.head_done = True
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -103,7 +116,8 @@ class Response:
         self,
         connection: Connection,
         method: bytes,
-        message: _Message,
+        head: bytes,
+        message: _Head,
         framing: Framing,
         after_head: bytes,
         *,
@@ -115,7 +129,7 @@ class Response:
         self.headers = message.headers
         self.framing = framing
         self._connection = connection
-        self._message = message
+        self._chunks = _ChunkedBody(head) if framing is Framing.CHUNKED else None
         self._pending = after_head  # read with the head, not yet handed on
         self._length = length
         self._keep_alive = keep_alive
@@ -170,7 +184,8 @@ class Response:
                 raise UpstreamError(CUT)
 
     async def _chunked(self) -> AsyncIterator[tuple[bytes, bool]]:
-        message = self._message
+        message = self._chunks
+        assert message is not None
         data, self._pending = self._pending, b""
         while True:
             if data:
@@ -186,7 +201,8 @@ class Response:
                 raise UpstreamError(CUT)
 
     def _feed_chunked(self, data: bytes) -> None:
-        message = self._message
+        message = self._chunks
+        assert message is not None
         try:
             message.parser.feed_data(data)
         except httptools.HttpParserError as error:
@@ -228,6 +244,7 @@ async def read_response(connection: Connection, method: bytes) -> Response:
     return Response(
         connection,
         method,
+        head,
         message,
         framing,
         data,
@@ -257,10 +274,10 @@ async def _next_head(connection: Connection, data: bytes, before_any: bool) -> t
     return data[:end], data[end:]
 
 
-def _parse_head(head: bytes) -> _Message:
+def _parse_head(head: bytes) -> _Head:
     if not _only_lines(head):
         raise UpstreamError("the response has an invalid header")
-    message = _Message()
+    message = _Head()
     try:
         message.parser.feed_data(head)
     except (httptools.HttpParserError, httptools.HttpParserUpgrade) as error:
@@ -276,7 +293,7 @@ def _parse_head(head: bytes) -> _Message:
     return message
 
 
-def _framing(message: _Message, method: bytes, status: int) -> tuple[Framing, int, bool]:
+def _framing(message: _Head, method: bytes, status: int) -> tuple[Framing, int, bool]:
     """How the body of the final response is delimited, its length, and whether the
     server keeps the connection open after it."""
     length: bytes | None = None
@@ -292,10 +309,10 @@ def _framing(message: _Message, method: bytes, status: int) -> tuple[Framing, in
             options += (option.strip().lower() for option in value.split(b","))
     http10 = message.parser.get_http_version() == "1.0"
     keep_alive = b"keep-alive" in options if http10 else b"close" not in options
-    if method == b"HEAD" or status in (204, 304):
-        return Framing.EMPTY, 0, keep_alive
     if method == b"CONNECT" and status < 300:
         raise UpstreamError("the server opened a tunnel (2xx to CONNECT), which is not relayed")
+    if method == b"HEAD" or status in (204, 304):
+        return Framing.EMPTY, 0, keep_alive
     if codings:
         if codings != [b"chunked"] or http10:
             raise UpstreamError("the response's transfer coding is not chunked alone")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import tracemalloc
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -265,6 +266,33 @@ def test_trailers_are_not_taken_for_headers() -> None:
     run(scenario)
 
 
+def test_a_trailer_line_without_end_is_not_gathered() -> None:
+    """After the last chunk, a trailer line the server never ends: httptools would join
+    it in memory (a copy of all of it per read, on the event loop) had the relay asked
+    for headers there. It reads it as it comes and keeps nothing."""
+    endless = 32 << 20
+
+    async def respond(seen: Seen, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nx-t: ")
+        for _ in range(endless >> 16):
+            writer.write(b"a" * (1 << 16))
+            await writer.drain()
+        return False  # then close: the body never ended
+
+    async def scenario() -> None:
+        async with RawServer(respond) as server:
+            tracemalloc.start()
+            try:
+                with pytest.raises(UpstreamError, match="closed the connection before"):
+                    await gather(Upstream(5), server.address, head())
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+        assert peak < endless // 8
+
+    run(scenario)
+
+
 @pytest.mark.parametrize(
     "framing",
     [
@@ -365,9 +393,10 @@ def test_chunked_on_http_1_0_is_refused() -> None:
     run(scenario)
 
 
-def test_a_tunnel_is_not_relayed() -> None:
+@pytest.mark.parametrize("status", [b"200 Connection established", b"204 No Content"])
+def test_a_tunnel_is_not_relayed(status: bytes) -> None:
     async def scenario() -> None:
-        async with RawServer(scripted(b"HTTP/1.1 200 Connection established\r\n\r\n")) as server:
+        async with RawServer(scripted(b"HTTP/1.1 " + status + b"\r\n\r\n")) as server:
             with pytest.raises(UpstreamError, match="tunnel"):
                 await gather(Upstream(5), server.address, head("CONNECT", "/"))
 
