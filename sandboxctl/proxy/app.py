@@ -29,7 +29,10 @@ from sandboxctl.relay import (
     forward,
     guest_port_failure,
     open_websocket,
+    passed_headers,
+    raw_target,
     relay_websocket,
+    request_head,
 )
 from sandboxctl.store import SandboxStore
 
@@ -52,26 +55,11 @@ OUTCOMES: Final = (
     "upstream_error",
     "internal_path",
 )
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 # Never relayed upstream: the control-plane key, the caller's Host, the caller's
 # Authorization (re-sent as X-Forwarded-Authorization: the agent's Authorization is the
-# claim token), any X-Forwarded-* the caller made up, the body framing (set anew), and
-# Expect (uvicorn has already answered 100-continue to the caller).
-DROPPED: Final = frozenset(
-    {"host", "x-api-key", "authorization", "content-length", "transfer-encoding", "expect"}
-)
+# claim token), and Expect (uvicorn has already answered 100-continue to the caller);
+# nor any X-Forwarded-* the caller made up (``_outbound_headers``).
+DROPPED: Final = frozenset({b"host", b"x-api-key", b"authorization", b"expect"})
 
 
 class ProxyMetrics:
@@ -239,18 +227,16 @@ class ProxyApp:
             self.metrics.count("unknown" if owner is None else "unauthorized")
             await send({"type": "websocket.close", "code": 1008})
             return
-        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        query = (scope.get("query_string") or b"").decode("latin-1")
-        query = f"?{query}" if query else ""
+        path = raw_target(scope).decode("latin-1")
         sock = await self._guests.open_socket(owner.claim_id, owner.sandbox_address, target.port)
         if sock is not None:  # straight to the guest, asked as the agent would ask it
-            uri = f"ws://localhost:{target.port}{path}{query}"
+            uri = f"ws://localhost:{target.port}{path}"
             sent: list[tuple[str, str]] = []
         else:
             scheme = "wss" if owner.address.startswith("https://") else "ws"
             uri = (
                 f"{scheme}://{authority(owner.address)}/v1/sandboxes/{owner.claim_id}"
-                f"/ports/{target.port}{path}{query}"
+                f"/ports/{target.port}{path}"
             )
             sent = [("authorization", f"Bearer {owner.token}")]
         await receive()  # websocket.connect
@@ -294,17 +280,16 @@ class ProxyApp:
         framing the relay's own check); a guest port's answers are otherwise the
         guest's own."""
         has_body = "content-length" in headers or "transfer-encoding" in headers
-        chunked = "transfer-encoding" in headers
         if guest is not None:
             pool, address, connection = self._guests.pool, guest.key, guest
             host = headers.get("host") or f"localhost:{target.port}"
-            head = _request_head(scope, headers, owner, chunked, "", host, claim_token=False)
+            head, chunked = _request_head(scope, headers, owner, "", host, claim_token=False)
         else:
             pool, address, connection = self._upstream, owner.address, None
             if prefix is None:
                 prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
             host = authority(owner.address)
-            head = _request_head(scope, headers, owner, chunked, prefix, host)
+            head, chunked = _request_head(scope, headers, owner, prefix, host)
         body_done = asyncio.Event()
 
         async def body() -> AsyncIterator[bytes]:
@@ -421,54 +406,39 @@ def _request_head(
     scope: Scope,
     headers: dict[str, str],
     owner: Owner,
-    chunked: bool,
     prefix: str,
     host: str,
     claim_token: bool = True,
-) -> bytes:
+) -> tuple[bytes, bool]:
     """The request line and headers for the agent: the sandbox's route on the node
-    (``prefix``: envd's or a guest port's), the caller's headers less hop-by-hop and
-    control-plane ones, the claim token; for a guest port reached straight, no prefix,
-    the caller's Host and no claim token (what the agent's relay would send it)."""
-    path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    target = f"{prefix}{path}"
-    query = scope.get("query_string") or b""
-    if query:
-        target += "?" + query.decode("latin-1")
-    lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
+    (``prefix``: envd's or a guest port's) and the caller's target, the caller's headers
+    less hop-by-hop and control-plane ones, the claim token; for a guest port reached
+    straight, no prefix, the caller's Host and no claim token (what the agent's relay
+    would send it). Also whether the body is chunked."""
+    raw = scope.get("headers", ())
     outbound = _outbound_headers(scope, headers, owner, claim_token)
-    lines += [f"{name}: {value}" for name, value in outbound]
-    if chunked:
-        lines.append("transfer-encoding: chunked")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    target = prefix.encode("latin-1") + raw_target(scope)
+    return request_head(scope["method"], target, host.encode("latin-1"), outbound, raw)
 
 
 def _outbound_headers(
     scope: Scope, headers: dict[str, str], owner: Owner, claim_token: bool = True
-) -> list[tuple[str, str]]:
-    connection = {
-        token.strip().lower() for token in headers.get("connection", "").split(",") if token
-    }
-    out = []
-    for raw_name, raw_value in scope.get("headers", ()):
-        name = raw_name.decode("latin-1").lower()
-        if name in HOP_BY_HOP or name in DROPPED or name in connection:
-            continue
-        if name.startswith("x-forwarded-"):
-            continue
-        out.append((name, raw_value.decode("latin-1")))
-    if "content-length" in headers and "transfer-encoding" not in headers:
-        out.append(("content-length", headers["content-length"]))
+) -> list[tuple[bytes, bytes]]:
+    out = [
+        (name, value)
+        for name, value in passed_headers(scope.get("headers", ()), DROPPED)
+        if not name.lower().startswith(b"x-forwarded-")
+    ]
     if "authorization" in headers:
-        out.append(("x-forwarded-authorization", headers["authorization"]))
+        out.append((b"x-forwarded-authorization", headers["authorization"].encode("latin-1")))
     client = scope.get("client")
     if client:
-        out.append(("x-forwarded-for", str(client[0])))
+        out.append((b"x-forwarded-for", str(client[0]).encode("latin-1")))
     if "host" in headers:
-        out.append(("x-forwarded-host", headers["host"]))
-    out.append(("x-forwarded-proto", str(scope.get("scheme", "http"))))
+        out.append((b"x-forwarded-host", headers["host"].encode("latin-1")))
+    out.append((b"x-forwarded-proto", str(scope.get("scheme", "http")).encode("latin-1")))
     if claim_token:
-        out.append(("authorization", f"Bearer {owner.token}"))
+        out.append((b"authorization", f"Bearer {owner.token}".encode("latin-1")))
     return out
 
 

@@ -11,23 +11,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
 from sandboxctl.relay.connection import Unreachable, UpstreamError
+from sandboxctl.relay.request import HOP_BY_HOP
 from sandboxctl.relay.response import Response
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-HOP_BY_HOP: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
 # uvicorn adds its own Date and Server to every response: relayed ones would come twice.
 ADDED_BY_THE_SERVER: Final = frozenset({b"date", b"server"})
 

@@ -44,19 +44,25 @@ from sandboxctl.relay import (
     open_stream,
     open_websocket,
     os_error_text,
+    passed_headers,
+    raw_target,
     relay_websocket,
+    request_head,
 )
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import AgentRefusal
 
-PATH: Final = re.compile(r"^/v1/sandboxes/(?P<id>[^/]+)/ports/(?P<port>[0-9]{1,5})(?P<rest>/.*)?$")
+# On the decoded path, whose guest part may hold any character (%0A included): DOTALL.
+PATH: Final = re.compile(
+    r"^/v1/sandboxes/(?P<id>[^/]+)/ports/(?P<port>[0-9]{1,5})(?P<rest>/.*)?$", re.DOTALL
+)
 CONNECT_TIMEOUT: Final = 5.0
 CLONE_NEWNET: Final = 0x40000000
-HOP_BY_HOP: Final = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-     "te", "trailer", "transfer-encoding", "upgrade"}
-)  # fmt: skip
-DROPPED: Final = frozenset({"host", "authorization", "content-length", "expect"})
+# The route's own segments (v1, sandboxes, ID, ports, PORT), before the guest's path.
+ROUTE_SEGMENTS: Final = 5
+# Not sent to the guest: the agent's Host and Authorization (the claim or root token),
+# and Expect (uvicorn has answered a 100-continue already).
+DROPPED: Final = frozenset({b"host", b"authorization", b"expect"})
 _libc = ctypes.CDLL(None, use_errno=True)
 log = logging.getLogger("sandboxctl.sandboxd.guestports")
 
@@ -133,16 +139,16 @@ class GuestPorts:
         except OSError as error:
             await reply(send, 502, f"nothing answers on port {port}: {os_error_text(error)}")
             return
-        await self._websocket(scope, receive, send, sock, port, found["rest"] or "/")
+        await self._websocket(scope, receive, send, sock, port)
 
     async def _websocket(
-        self, scope: Scope, receive: Receive, send: Send, sock: socket.socket, port: int, path: str
+        self, scope: Scope, receive: Receive, send: Send, sock: socket.socket, port: int
     ) -> None:
         """A WebSocket upgrade: the guest's server is asked for the same path and
         subprotocols; once it accepts, messages are relayed both ways."""
         await receive()  # websocket.connect
-        query = (scope.get("query_string") or b"").decode("latin-1")
-        uri = f"ws://localhost:{port}{path}" + (f"?{query}" if query else "")
+        target = raw_target(scope, ROUTE_SEGMENTS).decode("latin-1")
+        uri = f"ws://localhost:{port}{target}"
         try:
             upstream = await open_websocket(
                 uri, sock=sock, subprotocols=scope.get("subprotocols", ())
@@ -157,22 +163,14 @@ class GuestPorts:
     async def _relay(
         self, scope: Scope, receive: Receive, send: Send, key: str, sandbox_id: str, port: int
     ) -> None:
-        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
-        named = dict(headers)
-        chunked = "transfer-encoding" in named
-        has_body = chunked or "content-length" in named
-        found = PATH.match(scope["path"])
-        path = (found["rest"] if found else None) or "/"
-        query = scope.get("query_string") or b""
-        target = path + ("?" + query.decode("latin-1") if query else "")
-        host = named.get("x-forwarded-host") or f"localhost:{port}"
-        lines = [f"{scope['method']} {target} HTTP/1.1", f"host: {host}"]
-        lines += [f"{k}: {v}" for k, v in headers if k not in HOP_BY_HOP and k not in DROPPED]
-        if "content-length" in named and not chunked:
-            lines.append(f"content-length: {named['content-length']}")
-        if chunked:
-            lines.append("transfer-encoding: chunked")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        raw = scope["headers"]
+        named = {name.lower(): value for name, value in raw}
+        host = named.get(b"x-forwarded-host") or b"localhost:%d" % port
+        headers = passed_headers(raw, DROPPED)
+        head, chunked = request_head(
+            scope["method"], raw_target(scope, ROUTE_SEGMENTS), host, headers, raw
+        )
+        has_body = chunked or b"content-length" in named
 
         async def body() -> AsyncIterator[bytes]:
             while True:

@@ -96,6 +96,9 @@ def serve(conn: socket.socket, peer: str) -> None:
                 conn.sendall(PLAIN)
                 threading.Thread(target=junk_when_poked, args=(conn, junk), daemon=True).start()
                 continue
+            if path.startswith(b"/echo"):  # the request line's target, as it came
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(path), path))
+                continue
             if path == b"/peer":  # who asked: the agent (127.0.0.1) or the proxy, straight
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(peer), peer.encode())

@@ -204,3 +204,16 @@ def test_a_port_nothing_listens_on_is_a_502_that_names_no_host_pid(
     assert response.json() == {
         "error": f"nothing answers on port {PORT + 1}: cannot connect: Connection refused"
     }
+
+
+def test_a_guest_gets_the_target_the_caller_sent_byte_for_byte(
+    hostile: tuple[Any, httpx.Client], uvicorn_errors: Records
+) -> None:
+    """The agent's relay once rebuilt the request line from the decoded path: %20, %0D
+    and %2F became a space, a bare CR and a slash on the guest's request line (a
+    request-line injection), and a path that is not Latin-1 once decoded a 500."""
+    _, client = hostile
+    for target in ("/echo%20x%0D%0AHost:%20evil", "/echo/a%2Fb?q=%2F%20", "/echo%E2%80%A8"):
+        answered = client.get(target)
+        assert (answered.status_code, answered.content) == (200, target.encode())
+    assert uvicorn_errors.records == []
