@@ -414,6 +414,7 @@ async def _drain(readers: list[_Reader]) -> None:
     are still taking what was read, but let go of a pipe that stays silent for
     DRAIN_SECONDS (a child of the command still holds it)."""
     exited = time.monotonic()
+    # A poll of the readers' state, and only while a command's pipes outlive it.
     while pending := [r for r in readers if not r.task.done()]:
         await asyncio.wait([r.task for r in pending], timeout=DRAIN_SECONDS / 4)
         now = time.monotonic()

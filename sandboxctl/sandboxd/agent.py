@@ -168,7 +168,8 @@ class Agent:
         agent's sandboxes, then start the refill and reaper loops."""
         report = self.adopt()
         if self.runtime.isolated:
-            hostlimits.raise_tables(self.settings.max_sandboxes)
+            charged = self.runtime.limits_mode == "cgroup-v1"
+            hostlimits.raise_tables(self.settings.max_sandboxes, hostlimits.tables(charged))
         self._deaths.start()
         for name, loop in (
             ("warm-pool refill", self._refill_loop),

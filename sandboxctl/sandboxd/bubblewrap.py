@@ -327,7 +327,8 @@ class PinnedNamespaces:
     """An open file of each entered sandbox's pid namespace, by sandbox id: what an enter
     command compares ``/proc/PID/ns/pid`` with (``test -ef``), so that a recycled pid
     never leads into another process's namespaces. Opened on first use, once the pid is
-    checked against the sandbox's identity; closed when the sandbox is destroyed."""
+    checked against the sandbox's identity; closed when the sandbox is destroyed, and
+    any other whose sandbox is gone with it (an enter racing a destroy can pin anew)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -339,20 +340,33 @@ class PinnedNamespaces:
             pinned = self._open.get(sandbox_id)
             if pinned is None or pinned[0] != identity:
                 if pinned is not None:
-                    os.close(pinned[1])
-                    del self._open[sandbox_id]
-                fd = os.open(f"/proc/{identity.pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-                if os.fstat(fd).st_ino != identity.pid_namespace or not procfs.matches(identity):
-                    os.close(fd)
-                    raise RuntimeFailure(f"sandbox {sandbox_id} is not running")
-                pinned = self._open[sandbox_id] = (identity, fd)
+                    os.close(self._open.pop(sandbox_id)[1])
+                pinned = self._open[sandbox_id] = (identity, _pin(sandbox_id, identity))
             return f"/proc/{os.getpid()}/fd/{pinned[1]}"
 
     def release(self, sandbox_id: str) -> None:
         with self._lock:
-            pinned = self._open.pop(sandbox_id, None)
-        if pinned is not None:
-            os.close(pinned[1])
+            gone = [
+                sid
+                for sid, (identity, _) in self._open.items()
+                if sid == sandbox_id or not procfs.matches(identity)
+            ]
+            closing = [self._open.pop(sid)[1] for sid in gone]
+        for fd in closing:
+            os.close(fd)
+
+
+def _pin(sandbox_id: str, identity: Identity) -> int:
+    """An open file of the pid namespace of ``identity``'s init; RuntimeFailure once it is
+    gone (or its pid is another process's)."""
+    try:
+        fd = os.open(f"/proc/{identity.pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        raise RuntimeFailure(f"sandbox {sandbox_id} is not running") from None
+    if os.fstat(fd).st_ino != identity.pid_namespace or not procfs.matches(identity):
+        os.close(fd)
+        raise RuntimeFailure(f"sandbox {sandbox_id} is not running")
+    return fd
 
 
 class BubblewrapRuntime:
@@ -754,10 +768,13 @@ class BubblewrapRuntime:
         the host, before anything of a tenant runs, with the host's own mount tool
         (never a program of the sandbox's root) acting in the sandbox's mount namespace."""
         options = f"remount,nosuid,noexec,mode=620,ptmxmode=666,max={PTYS_PER_SANDBOX}"
-        namespace = f"/proc/{identity.pid}/ns/mnt"
+        # Source and type named, no helpers (-i), no mtab (-n): nothing of the sandbox's
+        # root (its fstab, a mount.devpts) is read.
+        mount = [self._tools["mount"], "-i", "-n", "-N", f"/proc/{identity.pid}/ns/mnt"]
+        mount += ["-t", "devpts", "-o", options, "devpts", "/dev/pts"]
         try:
             done = subprocess.run(
-                [self._tools["mount"], "-N", namespace, "-o", options, "/dev/pts"],
+                mount,
                 env=dict(HOST_ENV),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,

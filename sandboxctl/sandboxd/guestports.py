@@ -205,8 +205,9 @@ class GuestPorts:
 
 
 async def _close(send: Send, status: int, message: str) -> None:
-    """Refuse a WebSocket before it is accepted: uvicorn answers the upgrade with 403."""
-    del status, message
+    """Refuse a WebSocket before it is accepted: uvicorn answers the upgrade with 403,
+    which carries no text of ours, so the log has why."""
+    log.info("guest-port WebSocket refused (%d): %s", status, message)
     await send({"type": "websocket.close", "code": 1008})
 
 

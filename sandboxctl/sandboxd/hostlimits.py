@@ -55,18 +55,27 @@ class Table:
         return root / self.name.replace(".", "/")
 
 
-def tables() -> list[Table]:
+def tables(memory_charged: bool = True) -> list[Table]:
+    """The tables to size. ``memory_charged``: each sandbox has a memory cgroup, which
+    bounds its files and AIO events; without one (rlimit mode) its files are bounded by
+    its processes' RLIMIT_NOFILE only, and nothing bounds its AIO events (left alone)."""
     largest = max(SIZE_LIMITS.values(), key=lambda limits: limits.memory_bytes)
     processes = max(limits.max_processes for limits in SIZE_LIMITS.values())
-    return [
-        Table("fs.file-max", 1 << 20, largest.memory_bytes // FILE_BYTES),
-        Table("fs.aio-max-nr", 1 << 16, largest.memory_bytes // AIO_EVENT_BYTES),
+    files = max(limits.open_files * limits.max_processes for limits in SIZE_LIMITS.values())
+    sized = [
         # Ptys of other devpts instances stop pty.reserve short of pty.max: that many
         # stay the host's. The agent's terminals for envd come from the host's instance.
         Table("kernel.pty.max", 4096, PTYS_PER_SANDBOX + TERMINALS_PER_SANDBOX, PTY_MAX),
         Table("kernel.pid_max", 1 << 15, processes, PID_MAX),
         Table("kernel.threads-max", 1 << 15, processes),
         Table("net.netfilter.nf_conntrack_max", 1 << 16, CONNECTIONS_PER_SANDBOX),
+    ]
+    if not memory_charged:
+        return [Table("fs.file-max", 1 << 20, files), *sized]
+    return [
+        Table("fs.file-max", 1 << 20, largest.memory_bytes // FILE_BYTES),
+        Table("fs.aio-max-nr", 1 << 16, largest.memory_bytes // AIO_EVENT_BYTES),
+        *sized,
     ]
 
 

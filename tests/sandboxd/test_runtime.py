@@ -565,3 +565,23 @@ def test_unsafe_runtime_runs_as_the_uid_in_its_home(sandboxes: Callable[..., Box
     assert not rt.alive(box.identity)
     assert not box.spec.home.exists()
     assert not procfs.pids_of_uid(uid)
+
+
+def test_a_namespace_is_pinned_only_for_the_sandbox_it_names(
+    sandboxes: Callable[..., Box],
+) -> None:
+    from sandboxctl.sandboxd.bubblewrap import PinnedNamespaces
+
+    box = sandboxes()
+    pinned = PinnedNamespaces()
+    path = pinned.path(box.spec.id, box.identity)
+    assert os.stat(path).st_ino == box.identity.pid_namespace
+    gone = Identity(2**22 + 7, 1, box.identity.pid_namespace)  # no such pid
+    with pytest.raises(RuntimeFailure):
+        pinned.path("sb_gone", gone)
+    impostor = Identity(box.identity.pid, box.identity.start_time, box.identity.pid_namespace + 1)
+    with pytest.raises(RuntimeFailure):
+        pinned.path("sb_impostor", impostor)
+    pinned.release(box.spec.id)
+    # Closed: its number may already name another open file, never that namespace.
+    assert not os.path.exists(path) or os.stat(path).st_ino != box.identity.pid_namespace
