@@ -133,6 +133,9 @@ class _Build:
             "--uid-base", str(uid_base),
             "--destroy-on-exit",
         ]  # fmt: skip
+        # After the agent stops (callbacks run last first): the old build's runtime dir
+        # has no owner lock, so no later start would collect it.
+        stack.callback(_remove_runtime_dir, self.folder / "state")
         process = stack.enter_context(
             _service(self.folder, "sandboxd", command, lambda: _answers(agent.info), tree)
         )
@@ -175,6 +178,12 @@ class _Build:
     def pool_full(self) -> bool:
         with self.agent() as agent:
             return all(pool.warm >= pool.target for pool in agent.info().pools)
+
+
+def _remove_runtime_dir(state_dir: Path) -> None:
+    link = state_dir / "runtime"
+    if link.is_symlink():
+        shutil.rmtree(link.resolve(), ignore_errors=True)
 
 
 # --- 1. round trips, interleaved ----------------------------------------------------------
