@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: serve test lint format unit bench host-tools kubectl e2b-clients clean
 
-$(INSTALLED): pyproject.toml scripts/bootstrap
+$(INSTALLED): pyproject.toml testing/pyproject.toml scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
 	touch $@
 

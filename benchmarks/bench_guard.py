@@ -42,7 +42,7 @@ from sandboxctl.guard.service import Guard
 from sandboxctl.guard.sessions import SessionsSource
 from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.kube import PODS, CoreObjects, Informer, Pods
-from sandboxctl.testing.kubeapi import Running, start
+from sandboxctl_testing.kubeapi import Running, start
 
 NAME = "guard"
 PODS_COUNT = 5_000

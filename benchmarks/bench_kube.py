@@ -54,8 +54,8 @@ from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
 from sandboxctl.kube.resources import watch_lines
 from sandboxctl.publisher import Outcome, Publisher, published_object
 from sandboxctl.store import SandboxStore
-from sandboxctl.testing.kubeapi import start
-from sandboxctl.testing.kubeapi.runner import REPO_CRDS
+from sandboxctl_testing.kubeapi import start
+from sandboxctl_testing.kubeapi.runner import REPO_CRDS
 
 NAME = "kube"
 EVENT_TARGET_MS = 10.0
@@ -378,7 +378,7 @@ def _rss_with(nodes: int) -> float:
             [
                 sys.executable,
                 "-m",
-                "sandboxctl.testing.kubeapi",
+                "sandboxctl_testing.kubeapi",
                 "--port",
                 str(port),
                 "--state",

@@ -56,7 +56,7 @@ from sandboxctl.sandboxd.api import create_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.guestports import connect_inside
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
-from sandboxctl.testing.nethost import NetHost, net_host
+from sandboxctl_testing.nethost import NetHost, net_host
 
 NAME = "network"
 WARM = PoolKey("base")

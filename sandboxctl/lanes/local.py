@@ -16,6 +16,7 @@ and on failure, unless the run keeps it (``--keep``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import ipaddress
 import itertools
 import json
@@ -23,7 +24,6 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,11 +35,10 @@ import httpx
 import sandboxctl
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
-from sandboxctl.lanes import observe
+from sandboxctl.lanes import hostnet, observe
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, KitDown, LaneError, Progress, Windows
-from sandboxctl.lanes.processes import Process, first_error, free_port, start_all, stop_all
-from sandboxctl.sandboxd.network.sandboxes import free_block
+from sandboxctl.lanes.processes import Process, first_error, free_port, run, start_all, stop_all
 from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
@@ -68,6 +67,10 @@ EXT = "apis/extensions.agents.x-k8s.io/v1beta1/namespaces/" + NAMESPACE
 SENTINEL = "lanes-sentinel"  # one long-lived sandbox per host: heal's view of freshness
 SENTINEL_TTL = 3600
 HEAL_START = 60.0  # seconds for parts to answer after a (re)start
+# The control plane: the Kubernetes API double, run as a process (sandboxctl never imports
+# it); it ships apart from sandboxctl, in the repository's testing/ distribution, which
+# the [lanes] extra names.
+DOUBLE = "sandboxctl_testing.kubeapi"
 _built = itertools.count()
 
 
@@ -131,7 +134,7 @@ class LocalKit:
         # Unique per kit on this machine: the pid, and a count for kits of one process.
         tag = f"{os.getpid() % 100000:05d}{next(_built) % 10}"
         self.bridge = f"lnbr{tag}"
-        block = _free_block()
+        block = hostnet.free_test_block(TEST_NET, 28, "the local kit's hosts")
         addresses = [str(address) for address in block.hosts()]
         self.prefix = block.prefixlen
         self.gateway = addresses[0]
@@ -140,6 +143,15 @@ class LocalKit:
         self.hosts: dict[str, LocalHost] = {}
         for label, address in zip(("A", "B"), addresses[1:3], strict=True):
             self.hosts[label] = self._host(label, tag, address)
+        self._net = hostnet.HostNet(
+            block,
+            self.gateway,
+            tuple(
+                hostnet.NamespaceHost(local.netns, local.link, (local.address,))
+                for local in self.hosts.values()
+            ),
+            bridge=self.bridge,
+        )
         self.a: Host = self.hosts["A"].host  # stays up
         self.b: Host = self.hosts["B"].host  # the faults hit it
         self.double: Process | None = None
@@ -219,7 +231,7 @@ class LocalKit:
 
     def packets_to_agent(self, host: Host) -> int:
         local = self._local(host)
-        listing = _run(
+        listing = run(
             ["ip", "netns", "exec", local.netns, "nft", "-j", "list", "counter", "inet", TABLE,
              COUNTER]
         )  # fmt: skip
@@ -384,7 +396,7 @@ class LocalKit:
             ],
             f"{self.double_base}/healthz",
             self.logs,
-            module="sandboxctl.testing.kubeapi",  # a process: the package never imports it
+            module=DOUBLE,
         )  # fmt: skip
 
     def _replicas_and_proxy(self) -> None:
@@ -456,26 +468,8 @@ class LocalKit:
         return parts
 
     def _network(self) -> None:
-        names = [local.netns for local in self.hosts.values()]
         self._network_up = True  # teardown removes whatever of it was made
-        for netns in names:
-            _run(["ip", "netns", "add", netns])
-        batch = [
-            f"link add {self.bridge} type bridge",
-            f"addr add {self.gateway}/{self.prefix} dev {self.bridge}",
-            f"link set {self.bridge} up",
-        ]
-        for local in self.hosts.values():
-            batch += [
-                f"link add {local.link} type veth peer name eth0 netns {local.netns}",
-                f"link set {local.link} master {self.bridge}",
-                f"link set {local.link} up",
-            ]
-        _run(["ip", "-batch", "-"], "\n".join(batch) + "\n")
-        for local in self.hosts.values():
-            inside = ["link set lo up", "link set eth0 up"]
-            inside.append(f"addr add {local.address}/{self.prefix} dev eth0")
-            _run(["ip", "-n", local.netns, "-batch", "-"], "\n".join(inside) + "\n")
+        hostnet.link(self._net)
         b = self.hosts["B"]
         # Counted at prerouting on B's link: whatever reaches B for its agent, alive or not.
         rules = (
@@ -483,12 +477,12 @@ class LocalKit:
             f"  counter {COUNTER} {{ }}\n"
             "  chain count {\n"
             "    type filter hook prerouting priority raw; policy accept;\n"
-            f'    iifname "eth0" ip daddr {b.address} tcp dport {AGENT_PORT} counter name '
-            f'"{COUNTER}"\n'
+            f'    iifname "{hostnet.INSIDE}" ip daddr {b.address} tcp dport {AGENT_PORT} counter '
+            f'name "{COUNTER}"\n'
             "  }\n"
             "}\n"
         )
-        _run(["ip", "netns", "exec", b.netns, "nft", "-f", "-"], rules)
+        run(["ip", "netns", "exec", b.netns, "nft", "-f", "-"], rules)
         self.double_port = free_port(self.gateway)
 
     def _kill_sandboxes(self) -> None:
@@ -508,10 +502,7 @@ class LocalKit:
     def _network_down(self) -> None:
         if not self._network_up:
             return
-        for local in self.hosts.values():
-            subprocess.run(["ip", "link", "del", local.link], capture_output=True, check=False)
-            subprocess.run(["ip", "netns", "del", local.netns], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        hostnet.unlink(self._net)
         self._network_up = False
 
     def _objects(self) -> None:
@@ -613,24 +604,13 @@ def unavailable() -> str | None:
     ]
     if missing:
         return f"missing {', '.join(missing)}"
+    if importlib.util.find_spec(DOUBLE.partition(".")[0]) is None:
+        return (
+            "the Kubernetes API double is not installed: pip install -e ./testing from a "
+            "checkout (sandboxctl's [lanes] extra)"
+        )
     return None
 
 
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
-
-
-def _run(argv: list[str], stdin: str | None = None) -> str:
-    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise LaneError(f"{' '.join(argv[:4])}: {done.stderr.strip() or done.returncode}")
-    return done.stdout
-
-
-def _free_block() -> ipaddress.IPv4Network:
-    """A /28 of 203.0.113.0/24 that no route or address of this machine overlaps
-    (another kit's bridge included), starting from an offset of our pid."""
-    found = free_block(TEST_NET, 28)
-    if found is None:
-        raise LaneError("no free /28 in 203.0.113.0/24 for the local kit's hosts")
-    return found

@@ -164,6 +164,14 @@ def first_error(actions: list[Callable[[], None]]) -> BaseException | None:
     return error
 
 
+def run(argv: list[str], stdin: str | None = None) -> str:
+    """Run a command that must succeed; its output, or a LaneError quoting its stderr."""
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise LaneError(f"{' '.join(argv[:4])}: {done.stderr.strip() or done.returncode}")
+    return done.stdout
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` now (the part that binds it may still race another)."""
     with socket.socket() as sock:

@@ -19,7 +19,7 @@ from sandboxctl.guard.pods import ANNOTATION, DISRUPTED_TAINT, NODEPOOL_LABEL, P
 from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
-from sandboxctl.testing.kubeapi.resources import ResourceType
+from sandboxctl_testing.kubeapi.resources import ResourceType
 from tests.kubeapi.double import Kube
 from tests.sandboxd.servers import wait_until
 

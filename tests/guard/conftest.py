@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandboxctl.lanes.guardkit import KARPENTER_CRDS
-from sandboxctl.testing.kubeapi import start
+from sandboxctl_testing.kubeapi import start
 from tests.guard.cluster import Cluster
 from tests.kubeapi.double import CRDS, Kube, api_for, write_kubeconfig
 

@@ -21,7 +21,7 @@ from sandboxctl.guard.probe import ProbeSource
 from sandboxctl.guard.service import Guard, UnboundedRefusal
 from sandboxctl.guard.sessions import SessionsSource
 from sandboxctl.kube import Pods
-from sandboxctl.testing.kubeapi.server import Fault
+from sandboxctl_testing.kubeapi.server import Fault
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance, settings
 from tests.guard.endpoints import BlackHole, WorkerEndpoints
 from tests.kubeapi.double import api_for

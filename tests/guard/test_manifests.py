@@ -20,7 +20,7 @@ from kubernetes import client
 
 from sandboxctl.guard.decide import Busy
 from sandboxctl.guard.service import Guard
-from sandboxctl.testing.kubeapi.access import load_tokens
+from sandboxctl_testing.kubeapi.access import load_tokens
 from tests.guard.cluster import Cluster, StaticSource, settings
 from tests.kubeapi.double import PINNED_KUBECTL, REPO, Kube, Kubectl, api_for
 

@@ -178,7 +178,7 @@ def test_adoption_refuses_a_terminating_pod(cluster: Cluster) -> None:
 
 
 def test_a_failed_relabel_changes_nothing(cluster: Cluster) -> None:
-    from sandboxctl.testing.kubeapi.server import Fault
+    from sandboxctl_testing.kubeapi.server import Fault
 
     cluster.pod("w1", labels={"guard-owner": "old"})
     cluster.kube.running.server.faults.append(Fault("PATCH", "/pods/w1", 503, 1))

@@ -17,7 +17,7 @@ from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.kube import KubeInventorySource, KubeStartError
 from sandboxctl.publisher import published_object
-from sandboxctl.testing.kubeapi import start
+from sandboxctl_testing.kubeapi import start
 from tests.kubeapi.double import (
     Kube,
     api_for,

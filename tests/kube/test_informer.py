@@ -110,7 +110,7 @@ def test_410_relists_and_diffs(
     with kube.store.lock:
         kube.store.drop_watches()
     kube.running.server.faults.append(
-        __import__("sandboxctl.testing.kubeapi.server", fromlist=["Fault"]).Fault(
+        __import__("sandboxctl_testing.kubeapi.server", fromlist=["Fault"]).Fault(
             "GET", "nodeinventories", 503, 2
         )
     )

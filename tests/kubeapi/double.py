@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from sandboxctl.testing.kubeapi import Running, start
-from sandboxctl.testing.kubeapi.store import Store
+from sandboxctl_testing.kubeapi import Running, start
+from sandboxctl_testing.kubeapi.store import Store
 from tests.sandboxd.servers import START_TIMEOUT, free_port, status_of, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ class Kubectl:
 
 
 class DoubleProcess:
-    """``python -m sandboxctl.testing.kubeapi`` on a fixed port with a state file, so that
+    """``python -m sandboxctl_testing.kubeapi`` on a fixed port with a state file, so that
     it can be stopped (a control-plane outage) and started again where it was."""
 
     def __init__(
@@ -146,7 +146,7 @@ class DoubleProcess:
         command = [
             sys.executable,
             "-m",
-            "sandboxctl.testing.kubeapi",
+            "sandboxctl_testing.kubeapi",
             "--port",
             str(self.port),
             "--state",

@@ -169,7 +169,7 @@ def test_tokens_rbac_and_the_review_apis(kube: Kube, tmp_path: Path) -> None:
         't-pub,system:serviceaccount:sandbox-system:publisher,u1,"system:serviceaccounts"\n'
     )
     kube.running.server.settings.tokens.update(
-        __import__("sandboxctl.testing.kubeapi.access", fromlist=["load_tokens"]).load_tokens(
+        __import__("sandboxctl_testing.kubeapi.access", fromlist=["load_tokens"]).load_tokens(
             tokens
         )
     )

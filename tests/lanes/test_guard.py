@@ -20,7 +20,7 @@ from sandboxctl.lanes.guard import LANES, GuardScenario
 from sandboxctl.lanes.guardkit import Completed, GuardKit, GuardWindows, LocalGuardKit
 from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.progress import ConsoleProgress
-from sandboxctl.testing.kubeapi import start
+from sandboxctl_testing.kubeapi import start
 from tests.kubeapi.double import CRDS, write_kubeconfig
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.core.netpolicy import policy
-from sandboxctl.testing.nethost import net_host
+from sandboxctl_testing.nethost import net_host
 from tests.network.leftovers import count_leftovers
 from tests.sandboxd.servers import agent_process, free_port
 

@@ -25,7 +25,7 @@ from sandboxctl.sandboxd.errors import BadRequest
 from sandboxctl.sandboxd.network.firewall import GUEST_MARK
 from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
-from sandboxctl.testing.nethost import NetHost, net_host
+from sandboxctl_testing.nethost import NetHost, net_host
 from tests.network.leftovers import count_leftovers
 from tests.sandboxd.servers import wait_until
 

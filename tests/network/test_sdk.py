@@ -15,7 +15,7 @@ import httpx
 import pytest
 from websockets.exceptions import InvalidHandshake
 
-from sandboxctl.testing.nethost import NetHost, net_host
+from sandboxctl_testing.nethost import NetHost, net_host
 from tests.conftest import process_slot
 from tests.proxy.sdk_stack import create_sandbox, sdk_stack, skip_reason
 

@@ -16,7 +16,7 @@ from sandboxctl.agentapi import AgentInfo, AgentUnreachable, SandboxList, Sandbo
 from sandboxctl.clock import ManualClock
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
 from sandboxctl.publisher import FIELD_MANAGER, Outcome, Publisher
-from sandboxctl.testing.kubeapi.server import Fault
+from sandboxctl_testing.kubeapi.server import Fault
 from tests.kubeapi.double import Kube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")

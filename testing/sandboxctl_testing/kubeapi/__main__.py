@@ -1,4 +1,4 @@
-"""``python -m sandboxctl.testing.kubeapi --port N [--state FILE] [--crds DIR] ...``
+"""``python -m sandboxctl_testing.kubeapi --port N [--state FILE] [--crds DIR] ...``
 
 Prints one line, ``kubeapi: serving on http://HOST:PORT``, once it answers; SIGTERM or
 SIGINT stops it after writing the state file.
@@ -12,13 +12,13 @@ import sys
 import threading
 from pathlib import Path
 
-from sandboxctl.testing.kubeapi.runner import REPO_CRDS, start
-from sandboxctl.testing.kubeapi.store import DEFAULT_HISTORY
+from sandboxctl_testing.kubeapi.runner import REPO_CRDS, start
+from sandboxctl_testing.kubeapi.store import DEFAULT_HISTORY
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sandboxctl.testing.kubeapi", description=__doc__
+        prog="python -m sandboxctl_testing.kubeapi", description=__doc__
     )
     parser.add_argument(
         "--port", type=int, required=True, help="port to listen on (0: any free one)"

@@ -24,10 +24,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from sandboxctl.testing.kubeapi import access, discovery
-from sandboxctl.testing.kubeapi.patches import APPLY, JSON_PATCH, MERGE, STRATEGIC
-from sandboxctl.testing.kubeapi.resources import ACCESS_REVIEWS, CRDS, TOKEN_REVIEWS, ResourceType
-from sandboxctl.testing.kubeapi.store import ApiError, Event, Store, Write
+from sandboxctl_testing.kubeapi import access, discovery
+from sandboxctl_testing.kubeapi.patches import APPLY, JSON_PATCH, MERGE, STRATEGIC
+from sandboxctl_testing.kubeapi.resources import ACCESS_REVIEWS, CRDS, TOKEN_REVIEWS, ResourceType
+from sandboxctl_testing.kubeapi.store import ApiError, Event, Store, Write
 
 log = logging.getLogger(__name__)
 

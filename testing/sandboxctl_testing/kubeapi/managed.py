@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sandboxctl.testing.kubeapi.patches import clone
+from sandboxctl_testing.kubeapi.patches import clone
 
 Path = tuple[str, ...]
 SYSTEM_METADATA = frozenset(

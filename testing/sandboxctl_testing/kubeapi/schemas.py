@@ -17,8 +17,8 @@ import fastjsonschema
 
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.timestamps import parse_rfc3339
-from sandboxctl.testing.kubeapi.patches import clone
-from sandboxctl.testing.kubeapi.resources import Column, ResourceType
+from sandboxctl_testing.kubeapi.patches import clone
+from sandboxctl_testing.kubeapi.resources import Column, ResourceType
 
 ROOT_FIELDS = frozenset({"apiVersion", "kind", "metadata"})
 Validator = Callable[[Any], Any]

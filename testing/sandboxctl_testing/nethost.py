@@ -1,10 +1,10 @@
 """Test hosts for tests and benchmarks: network namespaces with TEST-NET addresses,
-linked to this host by a veth.
+linked to this machine by a veth, made as the local kit makes its hosts
+(:mod:`sandboxctl.lanes.hostnet`).
 
-A test host has one or more addresses of a free /29 of 198.51.100.0/24 (the host end of
-its veth takes the first), no default route (a server in it that looks up a name would
-otherwise stall on DNS), and runs small servers started with ``ip netns exec``. Nothing a
-test sends goes anywhere but loopback and these namespaces.
+A test host has one or more addresses of a free /29 of 198.51.100.0/24 (this machine's
+end of its veth takes the first), no default route, and runs small servers started with
+``ip netns exec``. Nothing a test sends goes anywhere but loopback and these namespaces.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sandboxctl.sandboxd.network.sandboxes import free_block
+from sandboxctl.lanes import hostnet
 
 TEST_NET = ipaddress.IPv4Network("198.51.100.0/24")
 
@@ -104,41 +104,21 @@ class NetHost:
             raise AssertionError(f"test host server did not start: {error}")
 
 
-def _free_block() -> ipaddress.IPv4Network:
-    """A /29 of 198.51.100.0/24 that no route or address of this machine overlaps,
-    starting from an offset of our pid."""
-    found = free_block(TEST_NET, 29)
-    if found is None:
-        raise AssertionError("no free block in 198.51.100.0/24 for a test host")
-    return found
-
-
 @contextmanager
 def net_host(extra_addresses: int = 1) -> Iterator[NetHost]:
     """A test host with ``extra_addresses`` addresses of its own (at most 5)."""
-    block = _free_block()
+    block = hostnet.free_test_block(TEST_NET, 29, "a test host")
     hosts = list(block.hosts())
     tag = f"{os.getpid() % 100000}{int(time.monotonic() * 1000) % 1000}"
     name, link = f"sbtest{tag}", f"tnh{tag}"[:15]
     gateway, addresses = str(hosts[0]), [str(a) for a in hosts[1 : 1 + extra_addresses]]
-    subprocess.run(["ip", "netns", "add", name], check=True)
+    net = hostnet.HostNet(block, gateway, (hostnet.NamespaceHost(name, link, tuple(addresses)),))
     host = NetHost(name, link, gateway, addresses)
     try:
-        batch = [
-            f"link add {link} type veth peer name eth0 netns {name}",
-            f"addr add {gateway}/{block.prefixlen} dev {link}",
-            f"link set {link} up",
-        ]
-        subprocess.run(["ip", "-batch", "-"], input="\n".join(batch) + "\n", text=True, check=True)
-        inside = ["link set lo up", "link set eth0 up"]
-        inside += [f"addr add {a}/{block.prefixlen} dev eth0" for a in addresses]
-        subprocess.run(
-            ["ip", "-n", name, "-batch", "-"], input="\n".join(inside) + "\n", text=True, check=True
-        )
+        hostnet.link(net)
         yield host
     finally:
         for proc in host.servers:
             proc.kill()
             proc.communicate()
-        subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        hostnet.unlink(net)

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.selectors import FieldSelector, LabelSelector
 from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339
-from sandboxctl.testing.kubeapi import managed
-from sandboxctl.testing.kubeapi.patches import (
+from sandboxctl_testing.kubeapi import managed
+from sandboxctl_testing.kubeapi.patches import (
     APPLY,
     JSON_PATCH,
     PatchError,
@@ -39,8 +39,8 @@ from sandboxctl.testing.kubeapi.patches import (
     json_patch,
     merge_patch,
 )
-from sandboxctl.testing.kubeapi.resources import CRDS, Registry, ResourceType
-from sandboxctl.testing.kubeapi.schemas import SchemaError, admit, crd_resources, established
+from sandboxctl_testing.kubeapi.resources import CRDS, Registry, ResourceType
+from sandboxctl_testing.kubeapi.schemas import SchemaError, admit, crd_resources, established
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
-from sandboxctl.testing.kubeapi.access import load_tokens
-from sandboxctl.testing.kubeapi.resources import CRDS
-from sandboxctl.testing.kubeapi.server import KubeApiServer, Settings
-from sandboxctl.testing.kubeapi.store import DEFAULT_HISTORY, ApiError, Store
+from sandboxctl_testing.kubeapi.access import load_tokens
+from sandboxctl_testing.kubeapi.resources import CRDS
+from sandboxctl_testing.kubeapi.server import KubeApiServer, Settings
+from sandboxctl_testing.kubeapi.store import DEFAULT_HISTORY, ApiError, Store
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sandboxctl.core.timestamps import parse_rfc3339
-from sandboxctl.testing.kubeapi.resources import Registry, ResourceType
+from sandboxctl_testing.kubeapi.resources import Registry, ResourceType
 
 GIT_VERSION = "v1.35.2-sandboxctl-double"
 

@@ -1,6 +1,6 @@
 """A Kubernetes API server double, for tests and test lanes: no cluster runs here.
 
-Run it as a process (``python -m sandboxctl.testing.kubeapi --port N --state FILE``) or
+Run it as a process (``python -m sandboxctl_testing.kubeapi --port N --state FILE``) or
 in-process (:func:`start`). It serves, over plain HTTP, what sandboxctl's code, kubectl
 (1.32, 1.35) and the official ``kubernetes`` client use:
 
@@ -37,6 +37,6 @@ list merge keys in patches, and kube-apiserver's aggregation layer.
 
 from __future__ import annotations
 
-from sandboxctl.testing.kubeapi.runner import Running, start
+from sandboxctl_testing.kubeapi.runner import Running, start
 
 __all__ = ["Running", "start"]
