@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -185,19 +185,7 @@ def nodepool_spec(obj: Mapping[str, Any]) -> NodePoolSpec:
         if expire_text == "Never"
         else _duration(expire_text, f"{where}: spec.template.spec.expireAfter")
     )
-    raw_budgets = disruption.get("budgets")
-    budgets = tuple(
-        Budget(
-            nodes=str(b.get("nodes", DEFAULT_BUDGET)),
-            reasons=tuple(str(r) for r in b.get("reasons") or ()),
-            schedule=str(b.get("schedule") or ""),
-            duration=str(b.get("duration") or ""),
-        )
-        for b in (raw_budgets if isinstance(raw_budgets, list) else [])
-        if isinstance(b, dict)
-    ) or (Budget(DEFAULT_BUDGET),)
-    for budget in budgets:
-        budget.allowed(0)  # refuse an unreadable one now, naming the NodePool
+    budgets = _budgets(disruption.get("budgets"))
     return NodePoolSpec(
         name=name,
         termination_grace=grace,
@@ -207,6 +195,24 @@ def nodepool_spec(obj: Mapping[str, Any]) -> NodePoolSpec:
         consolidate_after=str(disruption.get("consolidateAfter") or ""),
         budgets=budgets,
     )
+
+
+def _budgets(raw: object) -> tuple[Budget, ...]:
+    """``spec.disruption.budgets``, or Karpenter's default of 10 %; an unreadable count is
+    refused now (InvalidValueError), not when the audit first uses it."""
+    budgets = tuple(
+        Budget(
+            nodes=str(b.get("nodes", DEFAULT_BUDGET)),
+            reasons=tuple(str(r) for r in b.get("reasons") or ()),
+            schedule=str(b.get("schedule") or ""),
+            duration=str(b.get("duration") or ""),
+        )
+        for b in (raw if isinstance(raw, list) else [])
+        if isinstance(b, dict)
+    ) or (Budget(DEFAULT_BUDGET),)
+    for budget in budgets:
+        budget.allowed(0)
+    return budgets
 
 
 def claim_view(obj: Mapping[str, Any]) -> ClaimView:
@@ -279,100 +285,175 @@ def audit(given: AuditInput) -> AuditReport:
     return AuditReport(tuple(pools), tuple(findings), given.guard_enabled)
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """One NodePool as the rules read it: its spec, and what of the cluster runs under it."""
+
+    spec: NodePoolSpec
+    given: AuditInput
+    nodes: frozenset[str]
+    workers: tuple[Worker, ...]
+    claims: tuple[ClaimView, ...]
+
+    @classmethod
+    def of(cls, spec: NodePoolSpec, given: AuditInput) -> _Pool:
+        nodes = frozenset(n for n, view in given.nodes.items() if view.nodepool == spec.name)
+        return cls(
+            spec,
+            given,
+            nodes,
+            tuple(w for w in given.workers if w.node in nodes),
+            tuple(c for c in given.claims if c.nodepool == spec.name),
+        )
+
+    @property
+    def grace(self) -> timedelta | None:
+        return self.spec.termination_grace
+
+    @property
+    def total(self) -> int:
+        """Nodes the budgets count: its nodes, or its NodeClaims if more are being made."""
+        return max(len(self.nodes), len(self.claims))
+
+    @property
+    def annotated(self) -> list[Worker]:
+        return [w for w in self.workers if w.annotated]
+
+    @property
+    def busy_nodes(self) -> set[str]:
+        return {w.node for w in self.annotated}
+
+    @property
+    def worker_grace(self) -> int | None:
+        return max((w.grace_seconds for w in self.workers), default=None)
+
+    @property
+    def stale_claims(self) -> list[ClaimView]:
+        """NodeClaims whose own grace is not the NodePool's (it is copied at creation)."""
+        grace = self.grace
+        return [c for c in self.claims if grace is not None and c.termination_grace != grace]
+
+    def budgets(self) -> dict[str, int]:
+        """Nodes each reason may disrupt at once under the unscheduled budgets."""
+        always = [b for b in self.spec.budgets if not b.schedule]
+        total = self.total
+        return {
+            reason: min((b.allowed(total) for b in always if b.matches(reason)), default=total)
+            for reason in REASONS
+        }
+
+    @property
+    def scheduled_budgets(self) -> tuple[Budget, ...]:
+        return tuple(b for b in self.spec.budgets if b.schedule)
+
+
+# --- the rules, in the order the report gives their findings: each a message or None -----
+
+
+def _no_termination_grace_period(pool: _Pool) -> str | None:
+    if pool.grace is not None or not pool.given.guard_enabled:
+        return None
+    return (
+        "spec.template.spec.terminationGracePeriod is unset: a busy pod's "
+        "do-not-disrupt blocks drift for as long as it stays and leaves an expired "
+        "node half-drained forever; set it (e.g. 1h), let the NodeClaims cycle, "
+        "then stamp"
+    )
+
+
+def _grace_not_above_worker_grace(pool: _Pool) -> str | None:
+    tgp, worker_grace = pool.grace, pool.worker_grace
+    if tgp is None or worker_grace is None or tgp > timedelta(seconds=worker_grace):
+        return None
+    return (
+        f"terminationGracePeriod {format_duration(tgp)} is not above the workers' "
+        f"terminationGracePeriodSeconds {worker_grace}: Karpenter deletes them as the "
+        "drain starts and they lose their grace"
+    )
+
+
+def _grace_above_max_roll(pool: _Pool) -> str | None:
+    tgp, max_roll = pool.grace, pool.given.max_roll
+    if tgp is None or max_roll is None or tgp <= max_roll:
+        return None
+    return (
+        f"terminationGracePeriod {format_duration(tgp)} is above --max-roll "
+        f"{format_duration(max_roll)}: one busy node alone can hold a roll longer"
+    )
+
+
+def _expiry_with_annotations(pool: _Pool) -> str | None:
+    annotated = pool.annotated
+    if pool.spec.expire_after is None or pool.grace is not None or not annotated:
+        return None
+    return (
+        f"expireAfter {pool.spec.expire_after_text} with {len(annotated)} annotated pod(s) "
+        "and no terminationGracePeriod: an expired node stays half-drained while the "
+        "annotation stays"
+    )
+
+
+def _claims_without_ceiling(pool: _Pool) -> str | None:
+    stale = pool.stale_claims
+    if not stale:
+        return None
+    return (
+        f"{len(stale)} of {len(pool.claims)} NodeClaims carry no or another "
+        "terminationGracePeriod than the NodePool: it is copied at creation; "
+        "cycle them before relying on the ceiling"
+    )
+
+
+_RULES: tuple[tuple[Level, str, Callable[[_Pool], str | None]], ...] = (
+    (Level.FAIL, "no-termination-grace-period", _no_termination_grace_period),
+    (Level.WARN, "grace-not-above-worker-grace", _grace_not_above_worker_grace),
+    (Level.WARN, "grace-above-max-roll", _grace_above_max_roll),
+    (Level.WARN, "expiry-with-annotations", _expiry_with_annotations),
+    (Level.WARN, "claims-without-ceiling", _claims_without_ceiling),
+)
+
+
 def _audit_pool(spec: NodePoolSpec, given: AuditInput) -> tuple[PoolReport, list[Finding]]:
-    name, tgp = spec.name, spec.termination_grace
-    out: list[Finding] = []
-
-    def add(level: Level, rule: str, message: str) -> None:
-        out.append(Finding(level, name, rule, message))
-
-    pool_nodes = {n for n, view in given.nodes.items() if view.nodepool == name}
-    workers = [w for w in given.workers if w.node in pool_nodes]
-    claims = [c for c in given.claims if c.nodepool == name]
-    busy_nodes = {w.node for w in workers if w.annotated}
-    total = max(len(pool_nodes), len(claims))
-    worker_grace = max((w.grace_seconds for w in workers), default=None)
-
-    if tgp is None and given.guard_enabled:
-        add(
-            Level.FAIL,
-            "no-termination-grace-period",
-            "spec.template.spec.terminationGracePeriod is unset: a busy pod's "
-            "do-not-disrupt blocks drift for as long as it stays and leaves an expired "
-            "node half-drained forever; set it (e.g. 1h), let the NodeClaims cycle, "
-            "then stamp",
-        )
-    if tgp is not None and worker_grace is not None and tgp <= timedelta(seconds=worker_grace):
-        add(
-            Level.WARN,
-            "grace-not-above-worker-grace",
-            f"terminationGracePeriod {format_duration(tgp)} is not above the workers' "
-            f"terminationGracePeriodSeconds {worker_grace}: Karpenter deletes them as the "
-            "drain starts and they lose their grace",
-        )
-    if tgp is not None and given.max_roll is not None and tgp > given.max_roll:
-        add(
-            Level.WARN,
-            "grace-above-max-roll",
-            f"terminationGracePeriod {format_duration(tgp)} is above --max-roll "
-            f"{format_duration(given.max_roll)}: one busy node alone can hold a roll longer",
-        )
-    annotated = [w for w in workers if w.annotated]
-    if spec.expire_after is not None and tgp is None and annotated:
-        add(
-            Level.WARN,
-            "expiry-with-annotations",
-            f"expireAfter {spec.expire_after_text} with {len(annotated)} annotated pod(s) "
-            "and no terminationGracePeriod: an expired node stays half-drained while the "
-            "annotation stays",
-        )
-    stale_claims = [c for c in claims if tgp is not None and c.termination_grace != tgp]
-    if stale_claims:
-        add(
-            Level.WARN,
-            "claims-without-ceiling",
-            f"{len(stale_claims)} of {len(claims)} NodeClaims carry no or another "
-            "terminationGracePeriod than the NodePool: it is copied at creation; "
-            "cycle them before relying on the ceiling",
-        )
-    always = [b for b in spec.budgets if not b.schedule]
-    scheduled = tuple(b for b in spec.budgets if b.schedule)
-    budgets = {
-        reason: min((b.allowed(total) for b in always if b.matches(reason)), default=total)
-        for reason in REASONS
-    }
-    add(Level.INFO, "budgets", _budget_text(budgets, scheduled, total))
-    add(Level.INFO, "consolidation", _consolidation_text(spec))
-    roll = _worst_case_roll(len(busy_nodes), budgets["Drifted"], tgp)
-    add(Level.INFO, "worst-case-roll", _roll_text(len(busy_nodes), budgets["Drifted"], tgp, roll))
-    disrupted = tuple(sorted(n for n in pool_nodes if given.nodes[n].disrupted))
+    pool = _Pool.of(spec, given)
+    found = [
+        Finding(level, spec.name, rule, message)
+        for level, rule, check in _RULES
+        if (message := check(pool)) is not None
+    ]
+    budgets, busy = pool.budgets(), len(pool.busy_nodes)
+    roll = _worst_case_roll(busy, budgets["Drifted"], pool.grace)
+    disrupted = tuple(sorted(n for n in pool.nodes if given.nodes[n].disrupted))
+    drifted = tuple(sorted(c.name for c in pool.claims if c.drifted))
+    facts = [
+        ("budgets", _budget_text(budgets, pool.scheduled_budgets, pool.total)),
+        ("consolidation", _consolidation_text(spec)),
+        ("worst-case-roll", _roll_text(busy, budgets["Drifted"], pool.grace, roll)),
+    ]
     if disrupted:
-        add(
-            Level.INFO, "disrupted-nodes", "tainted karpenter.sh/disrupted: " + ", ".join(disrupted)
-        )
-    drifted = tuple(sorted(c.name for c in claims if c.drifted))
+        facts.append(("disrupted-nodes", "tainted karpenter.sh/disrupted: " + ", ".join(disrupted)))
     if drifted:
-        add(Level.INFO, "drifted-claims", "NodeClaims with Drifted=True: " + ", ".join(drifted))
+        facts.append(("drifted-claims", "NodeClaims with Drifted=True: " + ", ".join(drifted)))
+    found += [Finding(Level.INFO, spec.name, rule, message) for rule, message in facts]
     report = PoolReport(
-        name=name,
+        name=spec.name,
         found=True,
-        termination_grace=tgp,
+        termination_grace=pool.grace,
         expire_after=spec.expire_after_text,
         consolidation_policy=spec.consolidation_policy,
         consolidate_after=spec.consolidate_after,
-        nodes=total,
-        busy_nodes=len(busy_nodes),
-        workers=len(workers),
-        worker_grace_seconds=worker_grace,
+        nodes=pool.total,
+        busy_nodes=busy,
+        workers=len(pool.workers),
+        worker_grace_seconds=pool.worker_grace,
         budgets=budgets,
-        scheduled_budgets=scheduled,
+        scheduled_budgets=pool.scheduled_budgets,
         worst_case_roll=roll,
-        claims=len(claims),
-        claims_without_ceiling=len(stale_claims),
+        claims=len(pool.claims),
+        claims_without_ceiling=len(pool.stale_claims),
         disrupted_nodes=disrupted,
         drifted_claims=drifted,
     )
-    return report, out
+    return report, found
 
 
 def _worst_case_roll(busy: int, drift_budget: int, tgp: timedelta | None) -> timedelta | None:
