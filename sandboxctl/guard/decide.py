@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from sandboxctl.guard.pods import Override, PodView
+from sandboxctl.guard.pods import VALUE, Override, PodView
 
 
 class Busy(enum.Enum):
@@ -121,14 +121,29 @@ class Memory:
     retry_at: float = 0.0
     failures: int = 0
     stamped: bool = False  # this instance set the annotation (else a clear is an orphan's)
+    reading: Busy | None = None  # the reading last noted
 
 
 def note_busy(memory: Memory, busy: Busy, now: float) -> None:
-    """Track when the pod went idle (for ``idle_grace``); an unknown reading changes nothing."""
+    """Track when the pod went idle (for ``idle_grace``); an unknown reading changes nothing.
+    Noting the reading last noted again changes nothing either: callers may skip it."""
+    memory.reading = busy
     if busy is Busy.BUSY:
         memory.idle_since = None
     elif busy is Busy.IDLE and memory.idle_since is None:
         memory.idle_since = now
+
+
+def settled_reading(pod: PodView) -> Busy | None:
+    """The reading for which :func:`decide` answers ``IN_SYNC`` whatever the memory and the
+    time, if any: busy for a plain pod (live, no override) already annotated, idle for one
+    without the annotation. A pod's steady state, known once per version of it: a tick
+    decides only the pods whose reading is not theirs."""
+    if not pod.plain:
+        return None
+    if pod.annotation == VALUE:
+        return Busy.BUSY
+    return Busy.IDLE if pod.annotation is None else None
 
 
 def decide(
@@ -138,34 +153,54 @@ def decide(
         return TERMINATING
     if pod.terminal:
         return TERMINAL
-    override = pod.override
-    if override is Override.PIN:
-        want = True
-    elif override is Override.OFF:
-        want = False
-    elif busy is Busy.BUSY:
-        want = True
-    elif busy is Busy.IDLE:
-        want = False
-    else:
+    want = _wanted(pod.override, busy)
+    if want is None:
         return UNKNOWN
-    change: Change
-    if want:
-        if pod.annotation == "true":
-            return IN_SYNC
-        if node_disrupted and rules.respect_disrupted_taint and override is not Override.PIN:
-            return DISRUPTED_NODE
-        change = STAMP if pod.annotation is None else Stamp(replaces=pod.annotation)
-    else:
-        if pod.annotation is None:
-            return IN_SYNC
-        if pod.annotation != "true":
-            return FOREIGN_VALUE
-        if override is not Override.OFF:
-            since = memory.idle_since if memory.idle_since is not None else now
-            if now < since + rules.idle_grace:
-                return Wait(Op.CLEAR, WaitReason.IDLE_GRACE, since + rules.idle_grace)
-        change = CLEAR
+    step = _to_stamp(pod, rules, node_disrupted) if want else _to_clear(pod, memory, now, rules)
+    if isinstance(step, Stamp | Clear):
+        return _paced(step, pod, memory, now, rules)
+    return step
+
+
+def _wanted(override: Override, busy: Busy) -> bool | None:
+    """Rules 2 and 3: whether the annotation is wanted; None when nobody can tell."""
+    if override is Override.PIN:
+        return True
+    if override is Override.OFF:
+        return False
+    if busy is Busy.BUSY:
+        return True
+    if busy is Busy.IDLE:
+        return False
+    return None
+
+
+def _to_stamp(pod: PodView, rules: Rules, node_disrupted: bool) -> Keep | Stamp:
+    """Rules 4 and 5, wanted: nothing when it is there, and no new stamp on a draining node."""
+    if pod.annotation == VALUE:
+        return IN_SYNC
+    if node_disrupted and rules.respect_disrupted_taint and pod.override is not Override.PIN:
+        return DISRUPTED_NODE
+    return STAMP if pod.annotation is None else Stamp(replaces=pod.annotation)
+
+
+def _to_clear(pod: PodView, memory: Memory, now: float, rules: Rules) -> Keep | Wait | Clear:
+    """Rules 3 and 4, unwanted: nothing when it is absent or not ours, and an idle pod's
+    annotation only once the idle grace has passed (``off`` clears at once)."""
+    if pod.annotation is None:
+        return IN_SYNC
+    if pod.annotation != VALUE:
+        return FOREIGN_VALUE
+    if pod.override is not Override.OFF:
+        since = memory.idle_since if memory.idle_since is not None else now
+        if now < since + rules.idle_grace:
+            return Wait(Op.CLEAR, WaitReason.IDLE_GRACE, since + rules.idle_grace)
+    return CLEAR
+
+
+def _paced(change: Change, pod: PodView, memory: Memory, now: float, rules: Rules) -> Decision:
+    """Rule 6: a change waits out the pod's backoff, and the same patch is not sent again
+    while the informer has not shown it (same resourceVersion) within ``resend_after``."""
     if memory.retry_at > now:
         return Wait(change.op, WaitReason.BACKOFF, memory.retry_at)
     if (

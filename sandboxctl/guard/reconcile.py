@@ -41,6 +41,8 @@ from sandboxctl.guard.decide import (
     backoff_seconds,
     decide,
     merge_patch,
+    note_busy,
+    settled_reading,
 )
 from sandboxctl.guard.metrics import GuardMetrics
 from sandboxctl.guard.pods import NodeView, Override, PodShape, PodView, node_view, pod_view
@@ -90,6 +92,26 @@ class ViewCache(Generic[V]):
         return out
 
 
+@dataclass(slots=True)
+class _Counts:
+    """What a tick's metrics count of the pods it read."""
+
+    busy: int = 0
+    annotated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """What a tick keeps of one pod: the object it was built from (its version), the
+    view, the memory, and the reading in which the pod is settled."""
+
+    obj: dict[str, Any]
+    pod: PodView
+    memory: Memory
+    settled: Busy | None
+    annotated: bool
+
+
 @dataclass
 class TickReport:
     pods: int = 0
@@ -127,7 +149,7 @@ class Reconciler:
         shape: PodShape = settings.shape
         self._build: Callable[[dict[str, Any]], PodView] = lambda obj: pod_view(obj, shape)
         self._pod_views: ViewCache[PodView] = ViewCache(self._build)  # status, ensure
-        self._entries: dict[int, tuple[dict[str, Any], PodView, Memory]] = {}  # the tick's
+        self._entries: dict[int, _Entry] = {}  # the tick's
         self._node_views: ViewCache[NodeView] = ViewCache(node_view)
         self.memory: dict[str, Memory] = {}
         self._inflight: set[str] = set()
@@ -181,55 +203,15 @@ class Reconciler:
         clock = self._clock
         started = clock.monotonic()
         objects = self._pods.items()
-        entries, inflight = self._entries, self._inflight
-        disrupted = self.disrupted_nodes() if self.rules.respect_disrupted_taint else frozenset()
-        rules, reading = self.rules, self.source.reading
-        busy_state, idle_state = Busy.BUSY, Busy.IDLE
         report = TickReport(pods=len(objects))
-        plans: list[tuple[PodView, Change]] = []
-        busy_count = annotated_count = created = 0
-        for obj in objects:
-            entry = entries.get(id(obj))
-            if entry is None or entry[0] is not obj:
-                entry = self._entry(obj)
-                entries[id(obj)] = entry
-                created += 1
-            pod, memory = entry[1], entry[2]
-            busy = reading(pod)
-            # The steady state, decided inline: this loop runs over every pod on every
-            # tick. (It is what ``note_busy`` and ``decide`` answer for these cases.)
-            if busy is busy_state:
-                busy_count += 1
-                memory.idle_since = None
-                if pod.annotated:
-                    annotated_count += 1
-                    if pod.plain:
-                        continue
-            else:
-                if busy is idle_state and memory.idle_since is None:
-                    memory.idle_since = started
-                if pod.annotation is None:
-                    if pod.plain and busy is idle_state:
-                        continue
-                elif pod.annotated:
-                    annotated_count += 1
-            if pod.uid in inflight:
-                continue
-            decision = decide(pod, busy, memory, started, rules, pod.node in disrupted)
-            if decision is IN_SYNC:
-                continue
-            report.decisions[pod.uid] = decision
-            if isinstance(decision, (Stamp, Clear)):
-                plans.append((pod, decision))
-        if created or len(entries) != len(objects):
-            self._prune(objects)
+        plans, counts = self._plan(objects, started, report)
         report.planned = len(plans)
         if plans:
             self._send(plans, started, report)
         metrics = self.metrics
         metrics.pods_guarded.set(len(objects))
-        metrics.pods_busy.set(busy_count)
-        metrics.pods_annotated.set(annotated_count)
+        metrics.pods_busy.set(counts.busy)
+        metrics.pods_annotated.set(counts.annotated)
         metrics.mismatch.set(
             sum(1 for d in report.decisions.values() if isinstance(d, (Stamp, Clear, Wait)))
         )
@@ -238,8 +220,43 @@ class Reconciler:
         self.last = report
         return report
 
-    def _entry(self, obj: dict[str, Any]) -> tuple[dict[str, Any], PodView, Memory]:
-        """A pod's view (built once per version) and its memory (kept by UID)."""
+    def _plan(
+        self, objects: list[dict[str, Any]], now: float, report: TickReport
+    ) -> tuple[list[tuple[PodView, Change]], _Counts]:
+        """Decide every pod whose reading is not its steady state (``settled_reading``) and
+        that is not in flight: this loop runs over every pod on every tick. The decisions
+        out of sync go in ``report``; the changes come back, with what the metrics count."""
+        entries, inflight = self._entries, self._inflight
+        disrupted = self.disrupted_nodes() if self.rules.respect_disrupted_taint else frozenset()
+        rules, reading, busy_state = self.rules, self.source.reading, Busy.BUSY
+        plans: list[tuple[PodView, Change]] = []
+        created = busy_count = annotated_count = 0
+        for obj in objects:
+            entry = entries.get(id(obj))
+            if entry is None or entry.obj is not obj:
+                entry = entries[id(obj)] = self._entry(obj)
+                created += 1
+            pod, memory = entry.pod, entry.memory
+            busy = reading(pod)
+            if busy is not memory.reading:
+                note_busy(memory, busy, now)
+            busy_count += busy is busy_state
+            annotated_count += entry.annotated
+            if busy is entry.settled or pod.uid in inflight:
+                continue
+            decision = decide(pod, busy, memory, now, rules, pod.node in disrupted)
+            if decision is IN_SYNC:
+                continue
+            report.decisions[pod.uid] = decision
+            if isinstance(decision, (Stamp, Clear)):
+                plans.append((pod, decision))
+        if created or len(entries) != len(objects):
+            self._prune(objects)
+        return plans, _Counts(busy_count, annotated_count)
+
+    def _entry(self, obj: dict[str, Any]) -> _Entry:
+        """A pod's view and steady state (built once per version) and its memory (kept by
+        UID)."""
         pod = self._build(obj)
         memory = self.memory.get(pod.uid)
         if memory is None:
@@ -249,7 +266,7 @@ class Reconciler:
                     "event=override-ignored pod=%s/%s label=%s value=%r (expected pin or off)",
                     pod.namespace, pod.name, self.settings.override_label, pod.override_text,
                 )  # fmt: skip
-        return (obj, pod, memory)
+        return _Entry(obj, pod, memory, settled_reading(pod), pod.annotated)
 
     def _prune(self, objects: list[dict[str, Any]]) -> None:
         """Forget the views and memories of pods no longer in the cache (deleted, or out
@@ -257,7 +274,7 @@ class Reconciler:
         entries = self._entries
         alive = {id(obj): entries[id(obj)] for obj in objects}
         self._entries = alive
-        uids = {entry[1].uid for entry in alive.values()}
+        uids = {entry.pod.uid for entry in alive.values()}
         for uid in [uid for uid in self.memory if uid not in uids]:
             del self.memory[uid]
 
@@ -443,7 +460,7 @@ class Reconciler:
             now = self._clock.monotonic()
             busy = self.source.reading(pod)
             if busy is Busy.BUSY:
-                memory.idle_since = None
+                note_busy(memory, busy, now)
             disrupted = pod.node in self.disrupted_nodes()
             decision = decide(pod, busy, memory, now, self.rules, disrupted)
             if isinstance(decision, (Stamp, Clear)) and pod.uid not in self._inflight:
