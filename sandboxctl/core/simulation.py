@@ -115,91 +115,132 @@ class _Publish(enum.IntEnum):
 
 def simulate(scenario: Scenario) -> SimulationResult:
     scenario.check()
-    rule = scenario.rule
-    interval = rule.publish_interval
-    # (time, kind, node index, publisher generation, node): a kill ends a generation, so a
-    # publish scheduled before it never fires after a restart.
-    events: list[tuple[timedelta, int, int, int, str]] = []
-    for index, node in enumerate(scenario.nodes):
-        offset = interval * index / len(scenario.nodes)
-        heapq.heappush(events, (offset, _Publish.PUBLISH, index, 0, node))
-        for at in scenario.kills.get(node, ()):
-            heapq.heappush(events, (at, _Publish.KILL, index, 0, node))
-        for at in scenario.restarts.get(node, ()):
-            heapq.heappush(events, (at, _Publish.RESTART, index, 0, node))
-
-    alive = dict.fromkeys(scenario.nodes, True)
-    generation = dict.fromkeys(scenario.nodes, 0)
-    left_at: dict[str, timedelta] = {}
-    last_publish: dict[str, timedelta] = {}
-    killed_at: dict[str, timedelta] = {}
-    listed: dict[str, bool] = {}
-    transitions: list[Transition] = []
-    open_bounds: dict[str, LeaveBound] = {}
-    bounds: list[LeaveBound] = []
-    snapshot = FleetSnapshot.empty(stall_after=interval)
+    run = _Run(scenario)
     ticks = int(scenario.until / scenario.read_tick)
-
     for tick in range(ticks + 1):
-        now_offset = scenario.read_tick * tick
-        while events and events[0][0] <= now_offset:
-            at, kind, index, gen, node = heapq.heappop(events)
-            if kind == _Publish.KILL:
-                if alive[node]:
-                    alive[node] = False
-                    generation[node] += 1
-                    killed_at[node] = at
-                    if node in last_publish and node not in scenario.old_publishers:
-                        open_bounds[node] = _bound(scenario, node, last_publish[node])
-            elif kind == _Publish.RESTART:
-                if not alive[node]:
-                    alive[node] = True
-                    open_bounds.pop(node, None)  # back before it left: no bound to judge
-                    heapq.heappush(events, (at, _Publish.PUBLISH, index, generation[node], node))
-            elif alive[node] and gen == generation[node]:
-                heapq.heappush(events, (at + interval, _Publish.PUBLISH, index, gen, node))
-                if not _in_outage(scenario, at):
-                    snapshot = snapshot.replace(_publish(scenario, node, at), at.total_seconds())
-                    last_publish[node] = at
-        view = snapshot.view(rule, EPOCH + now_offset, now_offset.total_seconds())
-        for node in scenario.nodes:
-            present = snapshot.record(node) is not None and view.is_fresh(node)
-            before = listed.get(node)
-            if present == before or (before is None and not present):
-                continue
-            listed[node] = present
-            change = (
-                Change.JOINED if before is None else (Change.RETURNED if present else Change.LEFT)
-            )
-            reason = _reason(
-                scenario, view, node, change, last_publish, killed_at, left_at, now_offset
-            )
-            transitions.append(Transition(node, now_offset, change, reason))
-            if change is Change.LEFT:
-                left_at[node] = now_offset
-            if change is Change.LEFT and node in open_bounds:
-                bound = open_bounds.pop(node)
-                bounds.append(replace(bound, left_at=now_offset))
-    for node, bound in open_bounds.items():
-        # Still listed: a failure only if a live node published past the bound, which is
-        # what moves the reference. With nobody publishing, keeping it is the rule.
-        others = [at for other, at in last_publish.items() if other != node]
-        if others and max(others) > bound.latest:
-            bounds.append(bound)
-    final = snapshot.view(
-        rule, EPOCH + scenario.read_tick * ticks, (scenario.read_tick * ticks).total_seconds()
-    )
+        now = scenario.read_tick * tick
+        run.fire_until(now)
+        run.read(now)
+    end = scenario.read_tick * ticks
+    final = run.snapshot.view(scenario.rule, EPOCH + end, end.total_seconds())
     final_states = {
-        node: (final.state(node).value if snapshot.record(node) else "absent")
+        node: (final.state(node).value if run.snapshot.record(node) else "absent")
         for node in scenario.nodes
     }
     return SimulationResult(
         scenario=scenario,
-        transitions=tuple(transitions),
-        bounds=tuple(sorted(bounds, key=lambda b: (b.last_publish, b.node))),
+        transitions=tuple(run.transitions),
+        bounds=tuple(sorted(run.judged_bounds(), key=lambda b: (b.last_publish, b.node))),
         final_states=final_states,
         warnings=tuple(_warnings(scenario)),
     )
+
+
+# (time, kind, node index, publisher generation, node): a kill ends a generation, so a
+# publish scheduled before it never fires after a restart.
+_Event = tuple[timedelta, int, int, int, str]
+
+
+class _Run:
+    """One simulation as it goes: the pending events, what each node did, what the
+    reader lists, and the leave bounds still open."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.interval = scenario.rule.publish_interval
+        self.events: list[_Event] = []
+        for index, node in enumerate(scenario.nodes):
+            offset = self.interval * index / len(scenario.nodes)
+            heapq.heappush(self.events, (offset, _Publish.PUBLISH, index, 0, node))
+            for at in scenario.kills.get(node, ()):
+                heapq.heappush(self.events, (at, _Publish.KILL, index, 0, node))
+            for at in scenario.restarts.get(node, ()):
+                heapq.heappush(self.events, (at, _Publish.RESTART, index, 0, node))
+        self.alive = dict.fromkeys(scenario.nodes, True)
+        self.generation = dict.fromkeys(scenario.nodes, 0)
+        self.left_at: dict[str, timedelta] = {}
+        self.last_publish: dict[str, timedelta] = {}
+        self.killed_at: dict[str, timedelta] = {}
+        self.listed: dict[str, bool] = {}
+        self.transitions: list[Transition] = []
+        self.open_bounds: dict[str, LeaveBound] = {}
+        self.bounds: list[LeaveBound] = []
+        self.snapshot = FleetSnapshot.empty(stall_after=self.interval)
+
+    # --- the publishers' side -------------------------------------------------------------
+
+    def fire_until(self, now: timedelta) -> None:
+        """Every event due by ``now``, in order."""
+        while self.events and self.events[0][0] <= now:
+            at, kind, index, gen, node = heapq.heappop(self.events)
+            if kind == _Publish.KILL:
+                self._on_kill(node, at)
+            elif kind == _Publish.RESTART:
+                self._on_restart(node, index, at)
+            elif self.alive[node] and gen == self.generation[node]:
+                self._on_publish(node, index, gen, at)
+
+    def _on_kill(self, node: str, at: timedelta) -> None:
+        if not self.alive[node]:
+            return
+        self.alive[node] = False
+        self.generation[node] += 1
+        self.killed_at[node] = at
+        if node in self.last_publish and node not in self.scenario.old_publishers:
+            self.open_bounds[node] = _bound(self.scenario, node, self.last_publish[node])
+
+    def _on_restart(self, node: str, index: int, at: timedelta) -> None:
+        if self.alive[node]:
+            return
+        self.alive[node] = True
+        self.open_bounds.pop(node, None)  # back before it left: no bound to judge
+        heapq.heappush(self.events, (at, _Publish.PUBLISH, index, self.generation[node], node))
+
+    def _on_publish(self, node: str, index: int, gen: int, at: timedelta) -> None:
+        heapq.heappush(self.events, (at + self.interval, _Publish.PUBLISH, index, gen, node))
+        if not _in_outage(self.scenario, at):
+            inventory = _publish(self.scenario, node, at)
+            self.snapshot = self.snapshot.replace(inventory, at.total_seconds())
+            self.last_publish[node] = at
+
+    # --- the reader's side ----------------------------------------------------------------
+
+    def read(self, now: timedelta) -> None:
+        """Read the fleet at ``now``: a transition for each node whose listing changed."""
+        view = self.snapshot.view(self.scenario.rule, EPOCH + now, now.total_seconds())
+        for node in self.scenario.nodes:
+            present = self.snapshot.record(node) is not None and view.is_fresh(node)
+            before = self.listed.get(node)
+            if present == before or (before is None and not present):
+                continue
+            self.listed[node] = present
+            self._transition(view, node, before, present, now)
+
+    def _transition(
+        self, view: FleetView, node: str, before: bool | None, present: bool, now: timedelta
+    ) -> None:
+        change = Change.JOINED if before is None else (Change.RETURNED if present else Change.LEFT)
+        reason = _reason(
+            self.scenario, view, node, change, self.last_publish, self.killed_at, self.left_at, now
+        )
+        self.transitions.append(Transition(node, now, change, reason))
+        if change is not Change.LEFT:
+            return
+        self.left_at[node] = now
+        bound = self.open_bounds.pop(node, None)
+        if bound is not None:
+            self.bounds.append(replace(bound, left_at=now))
+
+    def judged_bounds(self) -> list[LeaveBound]:
+        """The bounds of killed nodes that left, and of those still listed that should
+        have: still listed is a failure only if a live node published past the bound,
+        which is what moves the reference. With nobody publishing, keeping it is the rule."""
+        judged = list(self.bounds)
+        for node, bound in self.open_bounds.items():
+            others = [at for other, at in self.last_publish.items() if other != node]
+            if others and max(others) > bound.latest:
+                judged.append(bound)
+        return judged
 
 
 def _publish(scenario: Scenario, node: str, at: timedelta) -> NodeInventory:
