@@ -11,6 +11,7 @@ is started again after. That replica 1 (replicas[0]) held the lease is read from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -100,24 +101,12 @@ def _columns(observed: Observed) -> list[str]:
 
 
 def judge(observed: Observed, windows: Windows) -> Verdict:
-    polls, claim = observed.polls, observed.claim
-    holder = observed.lease_holder
-    listed_all = [
-        p
-        for p in polls
-        if all(c is not None and c[0] == observed.claimed for c in p.listed.values())
-    ]
-    holder_up = [p for p in polls if p.up.get(holder)]
-    if claim is None:
-        claimed = "no claim made"
-    elif claim.status is None:
-        claimed = f"claim on replica 2 at t = {claim.at:.1f} s: no answer"
-    else:
-        claimed = f"claim on replica 2 at t = {claim.at:.1f} s -> HTTP {claim.status}"
+    polls, holder = observed.polls, observed.lease_holder
+    claimed = _claim_text(observed.claim)
     figure = (
         f"outage {observed.down_for:.1f} s; every node listed on both replicas in "
-        f"{len(listed_all)} of {len(polls)} polls; {claimed}; lease holder {holder} up in "
-        f"{len(holder_up)} of {len(polls)}"
+        f"{len(_listed_all(observed))} of {len(polls)} polls; {claimed}; lease holder "
+        f"{holder} up in {len(_holder_up(observed))} of {len(polls)}"
         + (" (it stopped leading and kept serving)" if observed.stopped_leading else "")
     )
     bound = (
@@ -125,34 +114,97 @@ def judge(observed: Observed, windows: Windows) -> Verdict:
         f"{observed.claimed} claimed sandboxes listed on both, every replica and the proxy "
         f"up; claim HTTP {CREATED}"
     )
-    problems = []
-    if not polls:
-        problems.append("no poll was made")
-    if observed.down_for < outage(windows):
-        problems.append(f"the control plane was down only {observed.down_for:.1f} s")
-    missed = [p for p in polls if p not in listed_all]
-    if missed:
-        first = missed[0]
-        seen = ", ".join(
-            f"{name}: {'no answer' if c is None else f'{c[0]}/{observed.claimed}'}"
-            for name, c in first.listed.items()
-        )
-        problems.append(f"at t = {first.at:.1f} s listed {seen}")
-    if not observed.led:
-        problems.append(f"{holder} did not lead before the outage: it holds no lease to lose")
-    if len(holder_up) < len(polls):
-        down = next(p for p in polls if not p.up.get(holder))
-        problems.append(f"the lease holder {holder} was down at t = {down.at:.1f} s")
-    others = [(p, name) for p in polls for name, up in p.up.items() if name != holder and not up]
-    others += [(p, "the proxy") for p in polls if not p.proxy]
-    if others:
-        poll, name = others[0]
-        problems.append(f"{name} was down at t = {poll.at:.1f} s")
-    if claim is None or claim.status != CREATED:
-        problems.append(claimed + (f" ({claim.detail})" if claim and claim.detail else ""))
+    problems = [problem for check in _CHECKS if (problem := check(observed, windows)) is not None]
     detail = "; ".join(problems)
     table = timeline(observed, windows)
     return Verdict(LANE.id, not problems, figure, bound, f"{detail}\n{table}" if detail else table)
+
+
+def _listed_all(observed: Observed) -> list[Poll]:
+    """The polls in which both replicas listed every claimed sandbox."""
+    return [
+        p
+        for p in observed.polls
+        if all(c is not None and c[0] == observed.claimed for c in p.listed.values())
+    ]
+
+
+def _holder_up(observed: Observed) -> list[Poll]:
+    return [p for p in observed.polls if p.up.get(observed.lease_holder)]
+
+
+def _claim_text(claim: Claim | None) -> str:
+    if claim is None:
+        return "no claim made"
+    if claim.status is None:
+        return f"claim on replica 2 at t = {claim.at:.1f} s: no answer"
+    return f"claim on replica 2 at t = {claim.at:.1f} s -> HTTP {claim.status}"
+
+
+# --- what fails the lane, in the order the verdict says it: each a problem or None -----
+
+
+def _no_polls(observed: Observed, windows: Windows) -> str | None:
+    return None if observed.polls else "no poll was made"
+
+
+def _outage_too_short(observed: Observed, windows: Windows) -> str | None:
+    if observed.down_for >= outage(windows):
+        return None
+    return f"the control plane was down only {observed.down_for:.1f} s"
+
+
+def _first_unlisted(observed: Observed, windows: Windows) -> str | None:
+    listed_all = _listed_all(observed)
+    missed = [p for p in observed.polls if p not in listed_all]
+    if not missed:
+        return None
+    seen = ", ".join(
+        f"{name}: {'no answer' if c is None else f'{c[0]}/{observed.claimed}'}"
+        for name, c in missed[0].listed.items()
+    )
+    return f"at t = {missed[0].at:.1f} s listed {seen}"
+
+
+def _holder_did_not_lead(observed: Observed, windows: Windows) -> str | None:
+    if observed.led:
+        return None
+    return f"{observed.lease_holder} did not lead before the outage: it holds no lease to lose"
+
+
+def _holder_down(observed: Observed, windows: Windows) -> str | None:
+    holder = observed.lease_holder
+    down = next((p for p in observed.polls if not p.up.get(holder)), None)
+    return None if down is None else f"the lease holder {holder} was down at t = {down.at:.1f} s"
+
+
+def _other_down(observed: Observed, windows: Windows) -> str | None:
+    holder, polls = observed.lease_holder, observed.polls
+    others = [(p, name) for p in polls for name, up in p.up.items() if name != holder and not up]
+    others += [(p, "the proxy") for p in polls if not p.proxy]
+    if not others:
+        return None
+    poll, name = others[0]
+    return f"{name} was down at t = {poll.at:.1f} s"
+
+
+def _claim_failed(observed: Observed, windows: Windows) -> str | None:
+    claim = observed.claim
+    if claim is not None and claim.status == CREATED:
+        return None
+    detail = f" ({claim.detail})" if claim and claim.detail else ""
+    return _claim_text(claim) + detail
+
+
+_CHECKS: tuple[Callable[[Observed, Windows], str | None], ...] = (
+    _no_polls,
+    _outage_too_short,
+    _first_unlisted,
+    _holder_did_not_lead,
+    _holder_down,
+    _other_down,
+    _claim_failed,
+)
 
 
 class ControlPlaneOutage(observe.MeasuredLane[Observed]):
