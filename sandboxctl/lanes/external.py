@@ -1,31 +1,24 @@
 """``--kit external --config lanes.yaml``: the :class:`~sandboxctl.lanes.kit.Kit` over an
-operator's deployment. The file names the endpoints to watch, the credentials' files, the
-windows the fleet runs with, and one shell command per fault or fact a lane needs,
-templated with the host (or replica) it acts on. docs/lanes.md#the-external-kit has the
-format and an example; :func:`load` refuses a file that lacks what the selected lanes need
-in one line naming every missing key.
+operator's deployment, as its file (:mod:`sandboxctl.lanes.kitfile`) describes it: faults
+and facts are the operator's shell commands, templated with the host (or replica) they act
+on; the lanes read only through the file's endpoints.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import ssl
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import yaml
 
 from sandboxctl.agentapi import AgentClient
-from sandboxctl.core.durations import parse_duration
-from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.lanes.kit import Host, Replica
-from sandboxctl.lanes.model import EXTERNAL, KitDown, Lane, LaneError, Progress, Windows
+from sandboxctl.lanes.kitfile import PLACEHOLDER, ExternalConfig, lacking, load
+from sandboxctl.lanes.model import EXTERNAL, KitDown, Lane, LaneError, Progress
 from sandboxctl.lanes.observe import (
     POOL_FILL_SECONDS,
     heal_bound,
@@ -35,231 +28,7 @@ from sandboxctl.lanes.observe import (
 )
 
 CLIENT_TIMEOUT = 15.0
-DEFAULT_COMMAND_TIMEOUT = 120.0
 OUTPUT_TAIL = 300  # characters of a failed command's stderr quoted in its error
-
-# Each command and the placeholders it may use (every value is shell-quoted).
-HOST_FIELDS = ("label", "node", "agent_url")
-REPLICA_FIELDS = ("replica", "kube_url", "e2b_url")
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "kill_host": HOST_FIELDS,  # kill -9 the host's agent and publisher
-    "start_host": HOST_FIELDS,  # start both again (the agent adopts what it kept)
-    "stop_publisher": HOST_FIELDS,  # SIGTERM the publisher only
-    "start_publisher": HOST_FIELDS,  # (re)start it stamping publishedAt
-    "start_publisher_unstamped": HOST_FIELDS,  # (re)start it as `publish --no-stamp`
-    "stop_control_plane": (),
-    "start_control_plane": (),
-    "packets_to_agent": HOST_FIELDS,  # print one integer: packets toward the agent so far
-    "replica_log": REPLICA_FIELDS,  # print everything the replica logged so far
-    "heal": (),  # optional: run first whenever the kit heals
-}
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Files holding one secret each (whitespace around it ignored), and a CA bundle that
-    every client verifies TLS with (None: the system's)."""
-
-    e2b_key: Path
-    kube_token: Path
-    agent_token: Path
-    ca_bundle: Path | None = None
-
-
-@dataclass(frozen=True)
-class ExternalConfig:
-    path: Path
-    name: str
-    windows: Windows
-    a: Host
-    b: Host
-    replicas: tuple[Replica, ...]
-    proxy_url: str
-    domain: str
-    kubeconfig: Path
-    warm_pool: str
-    template: str
-    credentials: Credentials
-    commands: Mapping[str, str] = field(default_factory=dict)
-    command_timeout: float = DEFAULT_COMMAND_TIMEOUT
-    warm_pool_size: int = 0  # heal waits for this many warm sandboxes (0: does not wait)
-
-
-class _Reader:
-    """Reads the file's mapping, collecting every missing or malformed key, so that one
-    line names them all."""
-
-    def __init__(self) -> None:
-        self.missing: list[str] = []
-        self.invalid: list[str] = []
-
-    def section(self, data: Any, key: str, where: str = "") -> dict[str, Any]:
-        value = data.get(key) if isinstance(data, dict) else None
-        if value is None:
-            self.missing.append(where + key)
-            return {}
-        if not isinstance(value, dict):
-            self.invalid.append(f"{where}{key}: expected a mapping")
-            return {}
-        return value
-
-    def text(
-        self, data: dict[str, Any], key: str, where: str = "", default: str | None = None
-    ) -> str:
-        value = data.get(key, default)
-        if value is None or value == "":
-            self.missing.append(where + key)
-            return ""
-        if not isinstance(value, str | int | float):
-            self.invalid.append(f"{where}{key}: expected a string")
-            return ""
-        return str(value)
-
-    def seconds(
-        self, data: dict[str, Any], key: str, where: str = "", default: object = None
-    ) -> float:
-        raw = data.get(key, default)
-        if raw is None:
-            self.missing.append(where + key)
-            return 0.0
-        if isinstance(raw, int | float) and not isinstance(raw, bool):
-            return float(raw)
-        try:
-            return parse_duration(str(raw)).total_seconds()
-        except SandboxctlError:
-            self.invalid.append(f"{where}{key}: {raw!r} is not a duration (e.g. 30s, 1m30s)")
-            return 0.0
-
-    def file(
-        self, data: dict[str, Any], key: str, base: Path, where: str = "", optional: bool = False
-    ) -> Path | None:
-        raw = data.get(key)
-        if raw is None or raw == "":
-            if not optional:
-                self.missing.append(where + key)
-            return None
-        path = Path(str(raw).strip()).expanduser()
-        path = path if path.is_absolute() else base / path
-        if not path.is_file():
-            self.invalid.append(f"{where}{key}: {path}: no such file")
-        return path
-
-    def host(self, data: dict[str, Any], label: str) -> Host:
-        where = f"hosts.{label.lower()}."
-        section = self.section(data, label.lower(), "hosts.")
-        node = self.text(section, "node", where)
-        return Host(label, node, self.text(section, "agent_url", where))
-
-
-def load(path: Path) -> ExternalConfig:
-    """The file as an :class:`ExternalConfig`; one line naming every key it lacks or gets
-    wrong (:class:`LaneError`). Relative file names are read from the file's directory."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise LaneError(f"--config {path}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "not YAML"
-        raise LaneError(f"--config {path}: {problem}{where}") from None
-    if not isinstance(data, dict):
-        raise LaneError(f"--config {path}: expected a mapping of settings (see docs/lanes.md)")
-    read = _Reader()
-    base = path.resolve().parent
-    windows = read.section(data, "windows")
-    hosts = read.section(data, "hosts")
-    credentials = read.section(data, "credentials")
-    replicas = data.get("replicas")
-    if not replicas:
-        read.missing.append("replicas")
-        replicas = []
-    elif not isinstance(replicas, list):
-        read.invalid.append("replicas: expected a list")
-        replicas = []
-    parsed_replicas = []
-    for index, item in enumerate(replicas):
-        where = f"replicas[{index}]."
-        item = item if isinstance(item, dict) else {}
-        parsed_replicas.append(
-            Replica(
-                read.text(item, "name", where, default=f"r{index + 1}"),
-                read.text(item, "kube_url", where),
-                read.text(item, "e2b_url", where),
-            )
-        )
-    commands = data.get("commands") or {}
-    if not isinstance(commands, dict):
-        read.invalid.append("commands: expected a mapping of operation: shell command")
-        commands = {}
-    for name, command in commands.items():
-        if name not in COMMANDS:
-            known = ", ".join(COMMANDS)
-            read.invalid.append(f"commands.{name}: no such operation (known: {known})")
-        elif not isinstance(command, str) or not command.strip():
-            read.invalid.append(f"commands.{name}: expected a shell command")
-        else:
-            unknown = sorted(set(PLACEHOLDER.findall(command)) - set(COMMANDS[name]))
-            if unknown:
-                known = " ".join("{" + f + "}" for f in COMMANDS[name]) or "none"
-                read.invalid.append(
-                    f"commands.{name}: unknown placeholder {{{unknown[0]}}} (known: {known})"
-                )
-    size = data.get("warm_pool_size", 0)
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        read.invalid.append("warm_pool_size: expected a count")
-        size = 0
-    config = ExternalConfig(
-        path=path,
-        name=str(data.get("name") or EXTERNAL),
-        windows=Windows(
-            publish=read.seconds(windows, "publish", "windows."),
-            stale_after=read.seconds(windows, "stale_after", "windows."),
-        ),
-        a=read.host(hosts, "A"),
-        b=read.host(hosts, "B"),
-        replicas=tuple(parsed_replicas),
-        proxy_url=read.text(data, "proxy_url"),
-        domain=read.text(data, "domain"),
-        kubeconfig=read.file(data, "kubeconfig", base) or Path(),
-        warm_pool=read.text(data, "warm_pool"),
-        template=read.text(data, "template", default="base"),
-        credentials=Credentials(
-            e2b_key=read.file(credentials, "e2b_key", base, "credentials.") or Path(),
-            kube_token=read.file(credentials, "kube_token", base, "credentials.") or Path(),
-            agent_token=read.file(credentials, "agent_token", base, "credentials.") or Path(),
-            ca_bundle=read.file(credentials, "ca_bundle", base, "credentials.", optional=True),
-        ),
-        commands={name: command for name, command in commands.items() if isinstance(command, str)},
-        command_timeout=read.seconds(data, "command_timeout", default=DEFAULT_COMMAND_TIMEOUT),
-        warm_pool_size=size,
-    )
-    if read.missing:
-        raise LaneError(f"--config {path} lacks {', '.join(read.missing)}")
-    if read.invalid:
-        raise LaneError(f"--config {path}: {'; '.join(read.invalid)}")
-    w = config.windows
-    if not 0 < w.publish < w.stale_after:
-        raise LaneError(
-            f"--config {path}: windows.stale_after ({w.stale_after:g} s) must be above "
-            f"windows.publish ({w.publish:g} s), both above 0"
-        )
-    return config
-
-
-def lacking(config: ExternalConfig, lanes: Sequence[Lane]) -> list[str]:
-    """The commands the selected lanes need that the file does not give, each with the
-    lanes that need it: ``commands.kill_host (K1A-03, K1A-04)``."""
-    needed: dict[str, list[str]] = {}
-    for lane in lanes:
-        for need in sorted(lane.needs):
-            needed.setdefault(need, []).append(lane.id)
-    return [
-        f"commands.{need} ({', '.join(ids)})"
-        for need, ids in needed.items()
-        if not config.commands.get(need)
-    ]
 
 
 class ExternalKit:

@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from sandboxctl.lanes import catalog
-from sandboxctl.lanes.external import COMMANDS, ExternalKit, external_kit, lacking, load
+from sandboxctl.lanes.external import ExternalKit, external_kit
 from sandboxctl.lanes.kit import Host, Kit, Replica
+from sandboxctl.lanes.kitfile import COMMANDS, lacking, load
 from sandboxctl.lanes.model import EXTERNAL, LaneError
 from sandboxctl.lanes.progress import ConsoleProgress
 
