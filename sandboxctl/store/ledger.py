@@ -264,50 +264,74 @@ class Ledger:
         held = state.held
         mutation = held.mutate()
         version = state.version
-        initial = not self._synced
+        initial = not self._synced  # the first build: every object at the first version
         changes: list[Change] = []
         for name in sorted(touched):
             last = held.get(name)
+            next_version = version if initial else version + 1
             nodes = self._holders.get(name)
             if not nodes:
-                if last is not None:
-                    del mutation[name]
-                    if not initial:  # the last objects, at the version of their deletion
-                        version += 1
-                        changes.append(Change(version, DELETED, name, _gone(last, version), last))
-                continue
-            node = nodes[0]
-            entry = self._nodes[node][1][name]
-            duplicates = [Located(n, self._nodes[n][1][name]) for n in nodes[1:]]
-            kept = last is not None and last.located.node == node and last.located.entry == entry
-            if last is not None and kept and [o.located for o in last.others] == duplicates:
-                continue
-            if not initial:
-                version += 1
-            rv = str(version)
-            if last is not None and kept:  # a change of a duplicate alone keeps the winner
-                now = Held(last.located, last.object)
+                if last is None:
+                    continue
+                del mutation[name]
+                if initial:
+                    continue
+                # The last objects, at the version of their deletion.
+                changes.append(Change(next_version, DELETED, name, _gone(last, next_version), last))
             else:
-                located = Located(node, entry)
-                now = Held(located, sandbox_object(located, rv))
-            if duplicates:
-                now = Held(now.located, now.object, tuple(_held(d, rv) for d in duplicates))
-            mutation[name] = now
-            if not initial:
+                now = self._holding(name, nodes, last, str(next_version))
+                if now is None:
+                    continue
+                mutation[name] = now
+                if initial:
+                    continue
                 kind = ADDED if last is None else MODIFIED
-                changes.append(Change(version, kind, name, now, last))
+                changes.append(Change(next_version, kind, name, now, last))
+            version = next_version
         self._synced = True
+        self._commit(state, version, mutation.finish(), changes, initial)
+        return changes
+
+    def _holding(
+        self, name: Name, nodes: tuple[str, ...], last: Held | None, rv: str
+    ) -> Held | None:
+        """What ``name`` holds now that ``nodes`` (node-name order) list it: the first
+        node's entry, the others' as duplicates; None when ``last`` holds just that. A
+        change of a duplicate alone keeps the winner's object as it was."""
+        node = nodes[0]
+        entry = self._nodes[node][1][name]
+        duplicates = [Located(n, self._nodes[n][1][name]) for n in nodes[1:]]
+        kept = last is not None and last.located.node == node and last.located.entry == entry
+        if last is not None and kept:
+            if [o.located for o in last.others] == duplicates:
+                return None
+            now = Held(last.located, last.object)
+        else:
+            located = Located(node, entry)
+            now = Held(located, sandbox_object(located, rv))
+        if duplicates:
+            now = Held(now.located, now.object, tuple(_held(d, rv) for d in duplicates))
+        return now
+
+    def _commit(
+        self,
+        state: State,
+        version: int,
+        held: immutables.Map[Name, Held],
+        changes: list[Change],
+        initial: bool,
+    ) -> None:
+        """Make the settled objects the state, and log their changes."""
         if initial:
-            self._state = State(version, mutation.finish())
+            self._state = State(version, held)
         elif changes:
-            self._state = state.after(version, mutation.finish(), changes)
+            self._state = state.after(version, held, changes)
         if changes:
             self._log.extend(changes)
             overflow = len(self._log) - self._retain
             if overflow >= self._retain:  # trim in batches: amortized O(1) per change
                 self._compacted = self._log[overflow - 1].version
                 del self._log[:overflow]
-        return changes
 
 
 def _held(located: Located, version: str) -> Held:
