@@ -75,55 +75,72 @@ async def read_file(target: Target, request: Request) -> Response:
 async def write_files(target: Target, request: Request) -> Response:
     query_path = request.query_params.get("path")
     content_type = request.headers.get("content-type", "")
-    written: list[dict[str, Any]] = []
     if content_type.startswith("multipart/form-data"):
-        parser = MultipartParser(boundary_of(content_type))
-        writer: _Writer | None = None
-        try:
-            async for chunk in request.stream():
-                for event in parser.feed(chunk):
-                    if isinstance(event, Begin):
-                        if query_path and written:  # a signed URL's path, and one more file
-                            raise ConnectError(
-                                "invalid_argument",
-                                "the path query parameter names one file: send one part",
-                            )
-                        name = query_path or event.filename
-                        if not name:
-                            raise ConnectError("invalid_argument", "a file part has no filename")
-                        writer = await _Writer.open(target, sandbox_path(name))
-                    elif isinstance(event, Data) and writer is not None:
-                        await writer.write(event.data)
-                    elif isinstance(event, End) and writer is not None:
-                        written.append(await writer.close())
-                        writer = None
-            parser.close()
-        except MultipartError as error:
-            raise ConnectError("invalid_argument", str(error)) from None
-        finally:
-            if writer is not None:
-                await writer.abort()
+        written = await _write_parts(target, request, boundary_of(content_type), query_path)
     else:
         if not query_path:
             raise ConnectError("invalid_argument", "the path query parameter is required")
         encoding = request.headers.get("content-encoding", "identity").lower()
         if encoding not in ("identity", "gzip"):
             return http_error(415, f"unsupported content encoding {encoding}")
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
-        writer = await _Writer.open(target, sandbox_path(query_path))
-        try:
-            async for chunk in request.stream():
-                await writer.write(inflate.decompress(chunk) if inflate else chunk)
-            if inflate is not None:
-                await writer.write(inflate.flush())
-            written.append(await writer.close())
-        except zlib.error:
-            raise ConnectError("invalid_argument", "the body is not valid gzip") from None
-        finally:
-            await writer.abort()
+        written = [await _write_body(target, request, query_path, encoding == "gzip")]
     if not written:
         raise ConnectError("invalid_argument", "no file in the request")
     return JSONResponse(written)
+
+
+async def _write_parts(
+    target: Target, request: Request, boundary: bytes, query_path: str | None
+) -> list[dict[str, Any]]:
+    """Each file part of a multipart body to its own file, as it arrives: its filename,
+    or the path query parameter (a signed URL's), which names one file."""
+    parser = MultipartParser(boundary)
+    written: list[dict[str, Any]] = []
+    writer: _Writer | None = None
+    try:
+        async for chunk in request.stream():
+            for event in parser.feed(chunk):
+                if isinstance(event, Begin):
+                    writer = await _Writer.open(target, _part_path(event, query_path, written))
+                elif isinstance(event, Data) and writer is not None:
+                    await writer.write(event.data)
+                elif isinstance(event, End) and writer is not None:
+                    written.append(await writer.close())
+                    writer = None
+        parser.close()
+    except MultipartError as error:
+        raise ConnectError("invalid_argument", str(error)) from None
+    finally:
+        if writer is not None:
+            await writer.abort()
+    return written
+
+
+def _part_path(part: Begin, query_path: str | None, written: list[dict[str, Any]]) -> str:
+    if query_path and written:  # a signed URL's path, and one more file
+        raise ConnectError(
+            "invalid_argument", "the path query parameter names one file: send one part"
+        )
+    name = query_path or part.filename
+    if not name:
+        raise ConnectError("invalid_argument", "a file part has no filename")
+    return sandbox_path(name)
+
+
+async def _write_body(target: Target, request: Request, path: str, gzipped: bool) -> dict[str, Any]:
+    """The whole body (inflated when gzipped) to ``path``."""
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+    writer = await _Writer.open(target, sandbox_path(path))
+    try:
+        async for chunk in request.stream():
+            await writer.write(inflate.decompress(chunk) if inflate else chunk)
+        if inflate is not None:
+            await writer.write(inflate.flush())
+        return await writer.close()
+    except zlib.error:
+        raise ConnectError("invalid_argument", "the body is not valid gzip") from None
+    finally:
+        await writer.abort()
 
 
 class _Writer:
