@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -20,7 +20,7 @@ from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.proxy.guest import DirectGuests
 from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
-from sandboxctl.proxy.signature import BadSignature, file_signature
+from sandboxctl.proxy.signature import BadSignature, FileSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
 from sandboxctl.relay import (
     CallerGone,
@@ -115,33 +115,41 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             await self._guest_websocket(scope, receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        path: str = scope["path"]
-        method: str = scope["method"]
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Route by the Host (or headers) to a sandbox's port: envd's, or a guest's."""
         headers = _headers(scope)
-        if path == "/healthz" and method in ("GET", "HEAD"):
+        if scope["path"] == "/healthz" and scope["method"] in ("GET", "HEAD"):
             await _reply(send, 204, None)
             return
         try:
             target = route(headers, self.domain)
         except BadRoute as error:
-            self.metrics.count("bad_request")
-            await _reply(send, 400, {"code": 400, "message": str(error)})
+            await self._bad_request(send, str(error))
             return
         if target is None:
-            if path == "/metrics" and method == "GET":
-                await _reply_bytes(
-                    send, 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
-                )
-                return
-            self.metrics.count("bad_request")
-            await _reply(send, 400, {"code": 400, "message": NO_SANDBOX})
-            return
-        if target.port != ENVD_PORT:
+            await self._no_sandbox(scope, send)
+        elif target.port != ENVD_PORT:
             await self._guest_port(scope, receive, send, headers, target)
+        else:
+            await self._envd(scope, receive, send, headers, target)
+
+    async def _no_sandbox(self, scope: Scope, send: Send) -> None:
+        """A request that names no sandbox: the proxy's own metrics, or a 400."""
+        if scope["path"] == "/metrics" and scope["method"] == "GET":
+            payload = generate_latest(self.metrics.registry)
+            await _reply_bytes(send, 200, payload, CONTENT_TYPE_LATEST)
             return
+        await self._bad_request(send, NO_SANDBOX)
+
+    async def _envd(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target
+    ) -> None:
+        """envd's port: its internal paths are never relayed; every other path but its
+        health needs the sandbox's envd access token, or a signed file URL."""
+        path, method = scope["path"], scope["method"]
         if is_internal(path):
             self.metrics.count("internal_path")
             await _reply(send, 404, {"code": 404, "message": "not found"})
@@ -153,33 +161,48 @@ class ProxyApp:
             try:
                 signed = file_signature(method, path, scope.get("query_string") or b"")
             except BadSignature as error:
-                self.metrics.count("bad_request")
-                await _reply(send, 400, {"code": 400, "message": str(error)})
+                await self._bad_request(send, str(error))
                 return
             if signed is None:
-                self.metrics.count("unauthorized")
-                await _unauthorized(send, "missing X-Access-Token")
+                await self._unauthorized(send, "missing X-Access-Token")
                 return
-        owner = self.resolver.cached(target.sandbox_id)
-        if owner is None:  # the inventory or a probe: may wait on nodes, off the loop
-            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        owner = await self._owner(target)
         if owner is None:
             self.metrics.count("unknown")
             await _not_found(send, target)
             return
-        if not open_path:
-            expected = self._access_token(owner.token)
-            if signed is not None:
-                problem = signed.problem(expected, time.time())
-            elif not hmac.compare_digest(presented.encode(), expected.encode()):
-                problem = "X-Access-Token does not match the sandbox"
-            else:
-                problem = None
-            if problem is not None:
-                self.metrics.count("unauthorized")
-                await _unauthorized(send, problem)
-                return
+        problem = None if open_path else self._access_problem(owner, presented, signed)
+        if problem is not None:
+            await self._unauthorized(send, problem)
+            return
         await self._relay(scope, receive, send, headers, target, owner)
+
+    def _access_problem(
+        self, owner: Owner, presented: str, signed: FileSignature | None
+    ) -> str | None:
+        """Why the caller may not reach this sandbox's envd, or None."""
+        expected = self._access_token(owner.token)
+        if signed is not None:
+            return signed.problem(expected, time.time())
+        if not hmac.compare_digest(presented.encode(), expected.encode()):
+            return "X-Access-Token does not match the sandbox"
+        return None
+
+    async def _owner(self, target: Target) -> Owner | None:
+        """The node holding the sandbox: cached, else from the inventory or a probe,
+        which may wait on nodes (off the loop)."""
+        owner = self.resolver.cached(target.sandbox_id)
+        if owner is None:
+            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        return owner
+
+    async def _bad_request(self, send: Send, message: str) -> None:
+        self.metrics.count("bad_request")
+        await _reply(send, 400, {"code": 400, "message": message})
+
+    async def _unauthorized(self, send: Send, message: str) -> None:
+        self.metrics.count("unauthorized")
+        await _unauthorized(send, message)
 
     async def _guest_port(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target
@@ -189,16 +212,13 @@ class ProxyApp:
         the owning agent's guest-port route, which connects inside the sandbox. No envd
         token; a sandbox created with allowPublicTraffic false requires its traffic
         access token (E2B-Traffic-Access-Token)."""
-        owner = self.resolver.cached(target.sandbox_id)
-        if owner is None:
-            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        owner = await self._owner(target)
         if owner is None:
             self.metrics.count("unknown")
             await _not_found(send, target)
             return
         if not self._traffic_allowed(owner, headers):
-            self.metrics.count("unauthorized")
-            await _unauthorized(send, f"this sandbox's ports need its {TRAFFIC_TOKEN}")
+            await self._unauthorized(send, f"this sandbox's ports need its {TRAFFIC_TOKEN}")
             return
         direct = await self._guests.connect(owner.claim_id, owner.sandbox_address, target.port)
         if direct is not None:
@@ -220,9 +240,7 @@ class ProxyApp:
             self.metrics.count("bad_request")
             await send({"type": "websocket.close", "code": 1008})
             return
-        owner = self.resolver.cached(target.sandbox_id)
-        if owner is None:
-            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+        owner = await self._owner(target)
         if owner is None or not self._traffic_allowed(owner, headers):
             self.metrics.count("unknown" if owner is None else "unauthorized")
             await send({"type": "websocket.close", "code": 1008})
@@ -280,105 +298,157 @@ class ProxyApp:
         framing the relay's own check); a guest port's answers are otherwise the
         guest's own."""
         has_body = "content-length" in headers or "transfer-encoding" in headers
-        if guest is not None:
-            pool, address, connection = self._guests.pool, guest.key, guest
-            host = headers.get("host") or f"localhost:{target.port}"
-            head, chunked = _request_head(scope, headers, owner, "", host, claim_token=False)
-        else:
-            pool, address, connection = self._upstream, owner.address, None
-            if prefix is None:
-                prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
-            host = authority(owner.address)
-            head, chunked = _request_head(scope, headers, owner, prefix, host)
-        body_done = asyncio.Event()
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise CallerGone
-                    chunk = message.get("body", b"")
-                    if chunk:
-                        yield chunk
-                    if not message.get("more_body", False):
-                        return
-            finally:
-                body_done.set()
-
-        if not has_body:
-            body_done.set()  # nothing to read: watch for the hang-up at once
-        task = asyncio.current_task()
-        hung_up = asyncio.Event()
-        finishing = False
-
-        async def reply(message: Message) -> None:
-            nonlocal finishing
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                finishing = True  # from here a hang-up must not cancel the clean-up
-            await send(message)
-
-        async def watch() -> None:
-            await body_done.wait()
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not finishing:
-                        hung_up.set()
-                        if task is not None:
-                            task.cancel()
-                    return
-
-        watcher = asyncio.create_task(watch())
-        started = False
-        relay = "envd relay" if target.port == ENVD_PORT else f"guest port {target.port} relay"
-        via = "straight" if guest is not None else f"through {owner.node}"
+        request = self._outbound(scope, headers, target, owner, prefix, guest)
+        caller = _Caller(receive, send, has_body)
+        watcher = asyncio.create_task(caller.watch())
         try:
             try:
-                async with pool.exchange(
-                    address,
-                    head,
-                    body() if has_body else None,
-                    chunked=chunked,
-                    connection=connection,
-                ) as upstream:
-                    if upstream.status == 401 and guest is None:
-                        # The node refused the claim token it gave us: the claim is gone
-                        # (released since it was cached). Answer as for an unknown id, so
-                        # the SDK says "not running", and resolve afresh next time.
-                        self.resolver.forget(target.sandbox_id)
-                        self.metrics.count("unknown")
-                        await _not_found(reply, target)
-                        return
-                    if guest is None and upstream.status in (404, 502) and _is_json(upstream):
-                        self.resolver.forget(target.sandbox_id)  # maybe a stale owner
-                    self.metrics.count("routed")
-                    started = True  # forward sends the head before it can fail
-                    await forward(upstream, reply)
+                await self._exchange(request, caller, target, guest, has_body)
             except (UpstreamError, CallerGone) as error:
-                if started:
-                    # The response stays unfinished: the server then drops the connection,
-                    # so the caller sees a cut stream, never a complete-looking short one.
-                    log.info("%s for %s (%s) broke off: %s", relay, target.sandbox_id, via, error)
-                    return
-                self.metrics.count("upstream_error")
-                log.info("%s for %s (%s) failed: %s", relay, target.sandbox_id, via, error)
-                if guest is not None and isinstance(error, UpstreamError):
-                    # The guest's own server answered badly: say so, as the agent would.
-                    text = guest_port_failure(target.port, error)
-                    await _reply_bytes(reply, 502, json.dumps({"error": text}).encode(), JSON)
-                    return
-                self.resolver.forget(target.sandbox_id)
-                await _not_found(reply, target)
+                await self._failed(error, caller, target, owner, guest)
         except asyncio.CancelledError:
-            if not hung_up.is_set():
+            if not caller.hung_up.is_set():
                 raise
-            if task is not None:
-                task.uncancel()  # the caller hung up: end quietly, the relay is closed
-            if not started:
+            caller.uncancel()  # the caller hung up: end quietly, the relay is closed
+            if not caller.started:
                 self.metrics.count("upstream_error")
         finally:
             watcher.cancel()
+
+    def _outbound(
+        self,
+        scope: Scope,
+        headers: dict[str, str],
+        target: Target,
+        owner: Owner,
+        prefix: str | None,
+        guest: Connection | None,
+    ) -> _Outbound:
+        """Where the request goes and its head: straight to the guest (its own Host, no
+        claim token), or to the agent's route under ``prefix``."""
+        if guest is not None:
+            host = headers.get("host") or f"localhost:{target.port}"
+            head, chunked = _request_head(scope, headers, owner, "", host, claim_token=False)
+            return _Outbound(self._guests.pool, guest.key, guest, head, chunked)
+        if prefix is None:
+            prefix = f"/v1/sandboxes/{owner.claim_id}/envd"
+        head, chunked = _request_head(scope, headers, owner, prefix, authority(owner.address))
+        return _Outbound(self._upstream, owner.address, None, head, chunked)
+
+    async def _exchange(
+        self,
+        request: _Outbound,
+        caller: _Caller,
+        target: Target,
+        guest: Connection | None,
+        has_body: bool,
+    ) -> None:
+        async with request.pool.exchange(
+            request.address,
+            request.head,
+            caller.body() if has_body else None,
+            chunked=request.chunked,
+            connection=request.connection,
+        ) as upstream:
+            if upstream.status == 401 and guest is None:
+                # The node refused the claim token it gave us: the claim is gone
+                # (released since it was cached). Answer as for an unknown id, so
+                # the SDK says "not running", and resolve afresh next time.
+                self.resolver.forget(target.sandbox_id)
+                self.metrics.count("unknown")
+                await _not_found(caller.reply, target)
+                return
+            if guest is None and upstream.status in (404, 502) and _is_json(upstream):
+                self.resolver.forget(target.sandbox_id)  # maybe a stale owner
+            self.metrics.count("routed")
+            caller.started = True  # forward sends the head before it can fail
+            await forward(upstream, caller.reply)
+
+    async def _failed(
+        self,
+        error: UpstreamError | CallerGone,
+        caller: _Caller,
+        target: Target,
+        owner: Owner,
+        guest: Connection | None,
+    ) -> None:
+        relay = "envd relay" if target.port == ENVD_PORT else f"guest port {target.port} relay"
+        via = "straight" if guest is not None else f"through {owner.node}"
+        if caller.started:
+            # The response stays unfinished: the server then drops the connection,
+            # so the caller sees a cut stream, never a complete-looking short one.
+            log.info("%s for %s (%s) broke off: %s", relay, target.sandbox_id, via, error)
+            return
+        self.metrics.count("upstream_error")
+        log.info("%s for %s (%s) failed: %s", relay, target.sandbox_id, via, error)
+        if guest is not None and isinstance(error, UpstreamError):
+            # The guest's own server answered badly: say so, as the agent would.
+            text = guest_port_failure(target.port, error)
+            await _reply_bytes(caller.reply, 502, json.dumps({"error": text}).encode(), JSON)
+            return
+        self.resolver.forget(target.sandbox_id)
+        await _not_found(caller.reply, target)
+
+
+class _Outbound(NamedTuple):
+    """Where a relayed request goes, and its head."""
+
+    pool: Upstream
+    address: str
+    connection: Connection | None
+    head: bytes
+    chunked: bool
+
+
+class _Caller:
+    """The caller's side of one relayed exchange: its body as the relay reads it, the
+    response as it is sent, and its hang-up, which cancels the relay unless the
+    response's last part is on its way (the clean-up must run)."""
+
+    def __init__(self, receive: Receive, send: Send, has_body: bool) -> None:
+        self._receive = receive
+        self._send = send
+        self._task = asyncio.current_task()
+        self.body_done = asyncio.Event()
+        if not has_body:
+            self.body_done.set()  # nothing to read: watch for the hang-up at once
+        self.hung_up = asyncio.Event()
+        self.finishing = False
+        self.started = False  # the response is being relayed
+
+    async def body(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    raise CallerGone
+                chunk = message.get("body", b"")
+                if chunk:
+                    yield chunk
+                if not message.get("more_body", False):
+                    return
+        finally:
+            self.body_done.set()
+
+    async def reply(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            self.finishing = True  # from here a hang-up must not cancel the clean-up
+        await self._send(message)
+
+    async def watch(self) -> None:
+        await self.body_done.wait()
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                if not self.finishing:
+                    self.hung_up.set()
+                    if self._task is not None:
+                        self._task.cancel()
+                return
+
+    def uncancel(self) -> None:
+        if self._task is not None:
+            self._task.uncancel()
 
 
 def create_proxy_app(
