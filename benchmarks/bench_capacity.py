@@ -131,4 +131,4 @@ def _set_pools(store: SandboxStore, warm: int) -> None:
         address = store.address(node)
         assert address is not None
         with AgentClient(address, TOKEN) as client:
-            client.set_pools([PoolTarget(BASE, warm)] if warm else [])
+            client.set_pools([PoolTarget.of(BASE, warm)] if warm else [])

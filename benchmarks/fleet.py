@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.core.model import NO_METADATA, Entry, Metadata, NodeInventory, Pool, PoolKey
 
 FLEET_NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 POOL_KEY = PoolKey("ghcr.io/cocoonstack/sandbox/rt:24.04", "none", "small")
@@ -62,9 +62,13 @@ def make_entry(
         deadline=_at(now, 600 + (i * 37 + generation * 300) % 3000),
         claimed_at=_at(now, -((i * 53) % 3600) - 60),
         metadata=(
-            json.dumps({"job": f"job-{n:03d}-{i}", "owner": "bench", "tier": "ci"}, sort_keys=True)
+            Metadata.parse(
+                json.dumps(
+                    {"job": f"job-{n:03d}-{i}", "owner": "bench", "tier": "ci"}, sort_keys=True
+                )
+            )
             if metadata
-            else ""
+            else NO_METADATA
         ),
         cpu_count=2,
         memory_bytes=512 * 1024 * 1024,

@@ -13,8 +13,8 @@ import pytest
 import sandboxctl
 from sandboxctl.agentapi import AgentAnswerError, AgentError, AgentUnreachable, InvalidId
 from sandboxctl.agentapi.errors import AgentApiError
-from sandboxctl.apiserver.e2b.app import _translate as e2b_error
 from sandboxctl.apiserver.e2b.paging import BadQuery
+from sandboxctl.apiserver.e2b.service import translate as e2b_error
 from sandboxctl.apiserver.status import api_error
 from sandboxctl.core.errors import (
     ConfigurationError,
@@ -24,6 +24,7 @@ from sandboxctl.core.errors import (
 )
 from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.selectors import UnsupportedFieldError
+from sandboxctl.core.wire import NotJson, WireError
 from sandboxctl.guard.karpenter import AuditReadError
 from sandboxctl.guard.service import GuardStartError, UnboundedRefusal
 from sandboxctl.inventory.kube import KubeStartError
@@ -44,6 +45,7 @@ from sandboxctl.sandboxd.api import status_of as agent_status
 from sandboxctl.sandboxd.network.nft import NftError
 from sandboxctl.sandboxd.runtime import RuntimeFailure
 from sandboxctl.sandboxd.state import StateCorrupt
+from sandboxctl.serving.apps import BodyRefused
 from sandboxctl.store.errors import (
     ClaimRoutingOff,
     Expired,
@@ -60,6 +62,9 @@ EXAMPLES: list[tuple[SandboxctlError, int | None, int]] = [
     (UnsupportedFieldError("spec.x", "sandboxes", ("metadata.name",)), None, 400),
     (BadContinue(), None, 400),
     (BadQuery("limit 'x'"), None, 400),
+    (WireError("pools[0].warm", "required"), 400, 400),
+    (NotJson("", "JSON is malformed"), 400, 400),
+    (BodyRefused("a JSON object body is required"), 400, 400),
     (ConfigurationError("unsafe window"), None, 503),
     (InventoryFormatError("entries", "expected a list"), None, 502),
     (NoWarmCapacity("no warm base sandbox"), None, 503),

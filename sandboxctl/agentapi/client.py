@@ -9,10 +9,11 @@ is :class:`AgentAnswerError`. An id is checked and escaped before it goes in a U
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import httpx
+from msgspec import UNSET
 
 from sandboxctl.agentapi.errors import (
     AgentAnswerError,
@@ -36,8 +37,10 @@ from sandboxctl.agentapi.models import (
     UsageSamples,
 )
 from sandboxctl.agentapi.network import NetworkUpdate
+from sandboxctl.core import wire
+from sandboxctl.core.wire import Model
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Model)
 DEFAULT_TIMEOUT = 10.0
 # Failures before any byte of the request left: a claim that met one certainly did not land.
 _BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -74,19 +77,18 @@ class AgentClient:
     # --- reads ---------------------------------------------------------------------------
 
     def info(self) -> AgentInfo:
-        return self._read(AgentInfo.from_json, self._json("GET", "/v1/info", "info"))
+        return self._read(AgentInfo, "GET", "/v1/info", "info")
 
     def sandboxes(self, claim_ref: str | None = None) -> list[SandboxRow]:
         """Every claimed sandbox, or those whose ``claim_ref`` is exactly ``claim_ref``."""
         params = {"claim_ref": claim_ref} if claim_ref is not None else None
-        answer = self._json("GET", "/v1/sandboxes", "sandboxes", params=params)
-        return list(self._read(SandboxList.from_json, answer).sandboxes)
+        return list(
+            self._read(SandboxList, "GET", "/v1/sandboxes", "sandboxes", params=params).sandboxes
+        )
 
     def get(self, sandbox_id: str) -> SandboxRow:
         """One claimed sandbox, with its token."""
-        return self._read(
-            SandboxRow.from_json, self._json("GET", self._path(sandbox_id), "sandbox")
-        )
+        return self._read(SandboxRow, "GET", self._path(sandbox_id), "sandbox")
 
     def metrics(self) -> str:
         return self._send("GET", "/metrics").text
@@ -103,28 +105,24 @@ class AgentClient:
         given = (("start", start), ("end", end), ("latest", "true" if latest else None))
         params = {k: v for k, v in given if v is not None}
         path = self._path(sandbox_id, "metrics")
-        answer = self._json("GET", path, "metrics", params=params or None)
-        return list(self._read(UsageSamples.from_json, answer).samples)
+        return list(self._read(UsageSamples, "GET", path, "metrics", params=params or None).samples)
 
     def log(self, sandbox_id: str) -> SandboxLog:
         """A sandbox's log, also after it was destroyed while the agent keeps it."""
-        answer = self._json("GET", self._path(sandbox_id, "logs"), "logs")
-        return self._read(SandboxLog.from_json, answer)
+        return self._read(SandboxLog, "GET", self._path(sandbox_id, "logs"), "logs")
 
     # --- verbs ---------------------------------------------------------------------------
 
     def claim(self, request: ClaimRequest) -> ClaimGrant:
-        answer = self._json("POST", "/v1/claim", "claim", json=request.to_json())
-        return self._read(ClaimGrant.from_json, answer)
+        return self._read(ClaimGrant, "POST", "/v1/claim", "claim", body=request)
 
     def release(self, sandbox_id: str, token: str | None = None) -> None:
         """Destroy the sandbox; ``token`` (its own) replaces the client's for this call."""
         self._send("POST", self._path(sandbox_id, "release"), token=token)
 
     def renew(self, sandbox_id: str, ttl_seconds: int, on_expire: str | None = None) -> RenewAnswer:
-        body = RenewRequest(ttl_seconds, on_expire).to_json()
-        answer = self._json("POST", self._path(sandbox_id, "renew"), "renew", json=body)
-        return self._read(RenewAnswer.from_json, answer)
+        body = RenewRequest(ttl_seconds, UNSET if on_expire is None else on_expire)
+        return self._read(RenewAnswer, "POST", self._path(sandbox_id, "renew"), "renew", body=body)
 
     def hibernate(self, sandbox_id: str) -> None:
         self._send("POST", self._path(sandbox_id, "hibernate"))
@@ -134,12 +132,11 @@ class AgentClient:
 
     def set_network(self, sandbox_id: str, update: NetworkUpdate) -> None:
         """Replace a claimed sandbox's egress rules (``PUT .../network``)."""
-        self._send("PUT", self._path(sandbox_id, "network"), json=update.to_json())
+        self._send("PUT", self._path(sandbox_id, "network"), body=update)
 
     def set_pools(self, pools: Sequence[PoolTarget]) -> AgentInfo:
         """Replace every warm target; the answer is the agent's info after the change."""
-        body = PoolsUpdate(tuple(pools)).to_json()
-        return self._read(AgentInfo.from_json, self._json("PUT", "/v1/pools", "pools", json=body))
+        return self._read(AgentInfo, "PUT", "/v1/pools", "pools", body=PoolsUpdate(tuple(pools)))
 
     # --- one request ---------------------------------------------------------------------
 
@@ -149,26 +146,31 @@ class AgentClient:
             raise InvalidId(sandbox_id, problem, self.address)
         return sandbox_path(sandbox_id, verb)
 
-    def _read(self, model: Callable[[object], T], answer: object) -> T:
-        """The answer as a model; an answer that does not fit names this agent."""
-        try:
-            return model(answer)
-        except AgentAnswerError as error:
-            raise error.at(self.address) from None
-
-    def _json(self, method: str, path: str, what: str, **kwargs: Any) -> object:
+    def _read(self, model: type[T], method: str, path: str, what: str, **kwargs: Any) -> T:
+        """The answer as ``model``; an answer that does not fit names this agent, and
+        ``what`` (the answer's name in its fields) when it is not JSON at all."""
         response = self._send(method, path, **kwargs)
         try:
-            return response.json()
-        except ValueError as error:
+            return wire.decode(model, response.content, root=model.ROOT)
+        except wire.NotJson as error:
             raise AgentAnswerError(what, "the answer is not JSON", self.address) from error
+        except wire.WireError as error:
+            raise AgentAnswerError(error.field, error.problem, self.address) from None
 
     def _send(
-        self, method: str, path: str, token: str | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        body: Model | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if body is not None:
+            kwargs["content"] = wire.encode(body)
+            headers["Content-Type"] = "application/json"
         try:
-            response = self._http.request(method, path, headers=headers, **kwargs)
+            response = self._http.request(method, path, headers=headers or None, **kwargs)
         except httpx.TransportError as error:
             raise unreachable(self.address, error) from error
         except httpx.HTTPError as error:  # an answer httpx could not decode

@@ -9,16 +9,15 @@ naming the field; what is left here is what the inventory needs beyond the API.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sandboxctl.agentapi.errors import AgentAnswerError
-from sandboxctl.agentapi.fields import time_json
-from sandboxctl.agentapi.models import AgentInfo, SandboxRow
+from sandboxctl.agentapi.models import AgentInfo, SandboxRow, time_of
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.model import Entry, NodeInventory, Pool
+from sandboxctl.core.model import Entry, Metadata, NodeInventory, Pool, in_utc
+from sandboxctl.core.timestamps import format_rfc3339
 
 RUNNING = "Running"
 HIBERNATED = "Hibernated"
@@ -30,23 +29,22 @@ def entry_from_row(row: SandboxRow) -> Entry:
 
     ``name`` (and ``claim_ref``) is the row's ``claim_ref``, or its id when that is empty;
     a hibernated (or archived) row is ``Hibernated``, any other ``Running``; ``metadata``
-    becomes a deterministic JSON string, ``""`` when there is none.
+    is the row's own mapping; times are in UTC, Go's zero time none.
     """
     name = row.claim_ref or row.id
-    return Entry(
+    entry = Entry(
         name=name,
         phase=HIBERNATED if row.hibernated or row.archived else RUNNING,
         id=row.id,
         template=row.key.template,
         claim_ref=name,
-        deadline=row.deadline,
-        claimed_at=row.claimed_at,
-        metadata=json.dumps(row.metadata, sort_keys=True, separators=(",", ":"))
-        if row.metadata
-        else "",
+        metadata=Metadata.of(row.metadata),
+        deadline=time_of(row.deadline),
+        claimed_at=time_of(row.claimed_at),
         cpu_count=row.cpu_count,
         memory_bytes=row.mem_total_bytes,
     )
+    return in_utc(entry)
 
 
 def pools_from_info(info: AgentInfo) -> tuple[Pool, ...]:
@@ -91,7 +89,7 @@ def templates_from_info(info: AgentInfo) -> tuple[dict[str, Any], ...]:
         if build is not None:
             entry.update(
                 digest=build.digest,
-                createdAt=time_json(build.created_at),
+                createdAt=format_rfc3339(build.created_at),
                 sizeBytes=build.size_bytes,
                 buildSeconds=build.build_seconds,
                 suite=build.suite,

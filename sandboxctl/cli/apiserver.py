@@ -57,10 +57,6 @@ from sandboxctl.cli.sources import (
     fleet_source,
 )
 from sandboxctl.cli.warmpools import (
-    LEASE_DURATION,
-    RENEW_DEADLINE,
-    RETRY_PERIOD,
-    SYNC_INTERVAL,
     LeaderElectionNamespace,
     LeaseDuration,
     RenewDeadline,
@@ -72,6 +68,12 @@ from sandboxctl.cli.warmpools import (
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
+from sandboxctl.core.leases import (
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    WARM_POOL_SYNC_INTERVAL,
+)
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import bind, run_servers, tls_files
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
@@ -169,7 +171,7 @@ def serve_apiserver(
         ),
     ] = None,
     warm_pool_driver: WarmPoolDriverFlag = None,
-    warm_pool_sync_interval: WarmPoolSyncInterval = SYNC_INTERVAL,
+    warm_pool_sync_interval: WarmPoolSyncInterval = WARM_POOL_SYNC_INTERVAL,
     leader_election_namespace: LeaderElectionNamespace = "",
     leader_election_lease_duration: LeaseDuration = LEASE_DURATION,
     leader_election_renew_deadline: RenewDeadline = RENEW_DEADLINE,

@@ -52,11 +52,12 @@ from sandboxctl.cli.options import (
 )
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, SandboxctlError
+from sandboxctl.core.names import REPORTS_API_VERSION
 from sandboxctl.guard.pods import OVERRIDE_LABEL
 
 EXIT_SOME_FAILED = 1
 DEFAULT_LISTEN = "127.0.0.1:9467"
-API_VERSION = "sandboxctl.dev/v1"
+API_VERSION = REPORTS_API_VERSION
 
 app = typer.Typer(
     name="guard-workers",

@@ -34,6 +34,7 @@ from sandboxctl.core.freshness import (
     ReferenceOrigin,
 )
 from sandboxctl.core.model import NodeInventory, inventory_from_object
+from sandboxctl.core.names import REPORTS_API_VERSION
 from sandboxctl.core.report import NodeRow, count_states, node_rows
 from sandboxctl.core.snapshot import FleetSnapshot, FleetView
 from sandboxctl.core.timestamps import format_rfc3339
@@ -41,7 +42,6 @@ from sandboxctl.inventory.file import load_path, load_text
 
 EXIT_STALE = 3
 REPORT_KIND = "InventoryReport"
-REPORT_API_VERSION = "sandboxctl.dev/v1"
 
 
 class Output(enum.StrEnum):
@@ -165,7 +165,7 @@ def inventory_report(view: FleetView, rows: list[NodeRow]) -> dict[str, Any]:
     rule = view.rule
     ref = view.reference
     return {
-        "apiVersion": REPORT_API_VERSION,
+        "apiVersion": REPORTS_API_VERSION,
         "kind": REPORT_KIND,
         "now": format_rfc3339(view.now),
         "rule": _rule_report(rule),

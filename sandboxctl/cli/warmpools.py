@@ -13,15 +13,13 @@ from sandboxctl.cli.options import parse_duration_flag
 from sandboxctl.cli.sources import KubeSource, MeshSource
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.core.leases import (
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    WARM_POOL_SYNC_INTERVAL,
+)
 from sandboxctl.store import SandboxStore
-
-# Defaults, as sandboxctl.apiserver.warmpool and sandboxctl.kube.lease have them (not
-# imported: they load the Kubernetes client, which mesh mode does without).
-SYNC_INTERVAL = timedelta(seconds=5)
-LEASE_DURATION = timedelta(seconds=15)
-RENEW_DEADLINE = timedelta(seconds=10)
-RETRY_PERIOD = timedelta(seconds=2)
-REJOIN_AFTER = timedelta(seconds=5)
 
 
 def _duration(flag: str, help_text: str, default: timedelta) -> Any:
@@ -45,7 +43,7 @@ WarmPoolDriverFlag = Annotated[
 ]
 WarmPoolSyncInterval = Annotated[
     timedelta,
-    _duration("--warm-pool-sync-interval", "How often the driver syncs.", SYNC_INTERVAL),
+    _duration("--warm-pool-sync-interval", "How often the driver syncs.", WARM_POOL_SYNC_INTERVAL),
 ]
 LeaderElectionNamespace = Annotated[
     str,
@@ -114,7 +112,6 @@ def start_warm_pool_driver(
         lease_duration=lease_duration,
         renew_deadline=renew_deadline,
         retry_period=retry_period,
-        rejoin_after=REJOIN_AFTER,
     )
     election.start()
     running.callback(election.stop)

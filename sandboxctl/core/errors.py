@@ -9,7 +9,10 @@ SandboxctlError                                       -      -
 ├── InvalidValueError        a value that does not parse          400    400
 │   ├── UnsupportedFieldError (core.selectors)  a field selector    -      400
 │   ├── BadContinue (store.lists)      a continue token we did not give  -  400
-│   └── BadQuery (apiserver.e2b.paging)  an e2b list parameter   -      400
+│   ├── BadQuery (apiserver.e2b.paging)  an e2b list parameter   -      400
+│   ├── WireError (core.wire)  a body that does not fit its shape (names the field) 400  400
+│   │   └── NotJson            bytes that are not JSON                            400  400
+│   └── BodyRefused (serving.apps)  a request body missing or nested too deeply  400  400
 ├── ConfigurationError       settings that must not run together  -      503
 │   ├── KubeConfigError (kube.errors)  no usable kubeconfig          -      503
 │   └── StateCorrupt (sandboxd.state)  the agent's database is unreadable  -  503

@@ -2,40 +2,47 @@
 
 The Kubernetes object shape (``sandbox.cocoonstack.io/v1beta1``, kind ``NodeInventory``,
 camelCase fields) is read by :func:`inventory_from_object` and written by
-:func:`inventory_to_object`. Everything else in sandboxctl works on these frozen values.
+:func:`inventory_to_object`, both through the object's typed shape
+(:class:`InventoryObject`). Everything else in sandboxctl works on these frozen values.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any, Final
 
 import msgspec
 
-from sandboxctl.core.errors import InvalidValueError, InventoryFormatError
-from sandboxctl.core.timestamps import ZonedTime, format_rfc3339, parse_rfc3339, parse_stamp
+from sandboxctl.core import names, wire
+from sandboxctl.core.errors import InventoryFormatError
+from sandboxctl.core.timestamps import ZonedTime, format_rfc3339, parse_stamp
+from sandboxctl.core.wire import Count, NonEmpty
 
-API_VERSION = "sandbox.cocoonstack.io/v1beta1"
-KIND = "NodeInventory"
+API_VERSION: Final = names.NODE_INVENTORIES.api_version
+KIND: Final = names.NODE_INVENTORIES.kind
 DEFAULT_NET = "none"
 DEFAULT_SIZE = "small"
 # What a claim's net may be: every agent serves these and nothing else.
 NETS = ("none", "egress")
 DEFAULT_NAMESPACE = "default"
 
-_Count = Annotated[int, msgspec.Meta(ge=0)]
 
+class PoolKey(msgspec.Struct, frozen=True, order=True):
+    """What a claim asks for; ``net`` and ``size`` default when absent or empty (the
+    agent API's ``{"template", "net", "size"}``)."""
 
-@dataclass(frozen=True, slots=True, order=True)
-class PoolKey:
-    """What a claim asks for; ``net`` and ``size`` are compared after defaulting."""
-
-    template: str
+    template: NonEmpty
     net: str = DEFAULT_NET
     size: str = DEFAULT_SIZE
+
+    def __post_init__(self) -> None:
+        if not self.net:
+            msgspec.structs.force_setattr(self, "net", DEFAULT_NET)
+        if not self.size:
+            msgspec.structs.force_setattr(self, "size", DEFAULT_SIZE)
 
     @classmethod
     def of(cls, template: str, net: str | None = None, size: str | None = None) -> PoolKey:
@@ -59,27 +66,116 @@ class Pool:
     target: int
 
 
+class Metadata(Mapping[str, str]):
+    """A claim's metadata: string keys to string values, never changed once made.
+
+    A NodeInventory carries it as a JSON object in a string; the agents, the e2b API and
+    the store read and write the mapping. Each form is made from the other only when it
+    is asked for, and once: a mesh read never writes the JSON, an e2b list never parses
+    it. A text that is not a JSON object reads as no values (and is still written as it
+    came); a value that is not a string reads as its JSON."""
+
+    __slots__ = ("_text", "_values")
+
+    def __init__(self, values: Mapping[str, str] | None = None, text: str | None = None) -> None:
+        self._values = values
+        self._text = text
+
+    @classmethod
+    def of(cls, values: Mapping[str, str]) -> Metadata:
+        """The metadata of a claim: ``values`` are kept, never copied or changed."""
+        return cls(values) if values else NO_METADATA
+
+    @classmethod
+    def parse(cls, text: str) -> Metadata:
+        """The metadata a NodeInventory entry carries as text."""
+        return cls(text=text) if text else NO_METADATA
+
+    @property
+    def text(self) -> str:
+        """The JSON text: as it was read, else the values with sorted keys, compact."""
+        if self._text is None:
+            values = self._values or {}
+            self._text = json.dumps(values, sort_keys=True, separators=(",", ":")) if values else ""
+        return self._text
+
+    def _mapping(self) -> Mapping[str, str]:
+        if self._values is None:
+            self._values = _parsed(self._text or "")
+        return self._values
+
+    def __getitem__(self, key: str) -> str:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Metadata):
+            if self._text is not None and self._text == other._text:
+                return True
+            return dict(self._mapping()) == dict(other._mapping())
+        return isinstance(other, Mapping) and dict(self._mapping()) == dict(other)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._mapping().items()))
+
+    def __repr__(self) -> str:
+        return f"Metadata({dict(self._mapping())!r})"
+
+    def __wire__(self) -> str:
+        return self.text
+
+
+NO_METADATA: Final = Metadata({}, "")
+
+
+def _parsed(text: str) -> Mapping[str, str]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+def read_metadata(kind: type, value: object) -> Metadata:
+    """msgspec's hook for an entry's ``metadata``: the text publishers write, or an object
+    (tolerated: written back as its sorted JSON)."""
+    if kind is not Metadata:
+        raise NotImplementedError(kind)
+    if isinstance(value, str):
+        return Metadata.parse(value)
+    if isinstance(value, dict):
+        return Metadata.parse(json.dumps(value, sort_keys=True, separators=(",", ":")))
+    raise TypeError(f"expected a string, got {wire.kind_of(value)}")
+
+
 class Entry(msgspec.Struct, frozen=True, gc=False, rename="camel", omit_defaults=True):
     """One live claim on a node. ``name`` is ``<namespace>/<name>``; no slash means ``default``.
 
     A struct, not a dataclass, because a republish is mostly entries the reader already
     holds: the wire shape decodes straight into it (times included, in C), equal entries
-    compare in C, and the collector never tracks it (it holds no containers), which keeps
-    its passes off a fleet of 400,000 entries. The annotations are the wire's rules (a
-    decode is then put :func:`in_utc`); what breaks one is for
-    :func:`inventory_from_object` to read, or to refuse naming the field."""
+    compare in C, and the collector never tracks it, which keeps its passes off a fleet
+    of 400,000 entries. The annotations are the wire's rules (a decode is then put
+    :func:`in_utc`); what breaks one is for :func:`inventory_from_object` to read, or to
+    refuse naming the field. Decoding it needs :func:`read_metadata` as the hook."""
 
-    name: Annotated[str, msgspec.Meta(min_length=1)]
-    phase: Annotated[str, msgspec.Meta(min_length=1)]
+    name: NonEmpty
+    phase: NonEmpty
     id: str = ""
     template: str = ""
     claim_ref: str = ""
     addr: str = ""
+    metadata: Metadata = NO_METADATA
     deadline: ZonedTime | None = None
     claimed_at: ZonedTime | None = None
-    metadata: str = ""
-    cpu_count: _Count | None = None
-    memory_bytes: _Count | None = None
+    cpu_count: Count | None = None
+    memory_bytes: Count | None = None
 
     @property
     def namespaced_name(self) -> tuple[str, str]:
@@ -106,71 +202,83 @@ def split_name(name: str) -> tuple[str, str]:
     return namespace, local
 
 
-# --- reading the object shape -------------------------------------------------------------
+# --- the object shape -----------------------------------------------------------------------
+
+
+class PoolObject(msgspec.Struct, frozen=True, kw_only=True):
+    """One pool as a NodeInventory lists it: the key's fields, then the counts."""
+
+    template: NonEmpty
+    net: str = ""
+    size: str = ""
+    warm: Count
+    target: Count
+
+
+class InventoryObject(msgspec.Struct, frozen=True, rename="camel"):
+    """A NodeInventory object as publishers write it. ``node`` may be left to
+    ``metadata.name``; an unparsable ``publishedAt`` reads as unstamped (``parse_stamp``);
+    ``templates`` are kept as the objects they are."""
+
+    kind: str = KIND
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    node: str = ""
+    address: str = ""
+    pools: tuple[PoolObject, ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()
+    entries: tuple[Entry, ...] = ()
+    published_at: Any = None
+    capacity: Count | None = None
 
 
 def inventory_from_object(obj: object) -> NodeInventory:
     """Read one NodeInventory object; raise InventoryFormatError naming the bad field."""
-    body = _mapping(obj, "")
-    kind = body.get("kind", KIND)
-    if kind != KIND:
-        raise InventoryFormatError("kind", f"expected {KIND}, got {kind!r}")
-    meta = _mapping(body.get("metadata") or {}, "metadata")
-    node = body.get("node")
-    if node is None:
-        node = meta.get("name")
-    node = _required_str(node, "node")
-    if meta.get("name") not in (None, node):
-        raise InventoryFormatError(
-            "metadata.name", f"{meta.get('name')!r} differs from node {node!r}"
-        )
+    try:
+        body = wire.decode(InventoryObject, obj, dec_hook=read_metadata)
+    except wire.WireError as error:
+        raise InventoryFormatError(error.field, error.problem) from None
+    if body.kind != KIND:
+        raise InventoryFormatError("kind", f"expected {KIND}, got {body.kind!r}")
+    named = body.metadata.get("name")
+    node = body.node or named
+    if not node:
+        raise InventoryFormatError("node", "required")
+    if not isinstance(node, str):
+        raise InventoryFormatError("node", f"expected a string, got {wire.kind_of(node)}")
+    if named not in (None, node):
+        raise InventoryFormatError("metadata.name", f"{named!r} differs from node {node!r}")
     return NodeInventory(
         node=node,
-        address=_optional_str(body.get("address"), "address"),
-        pools=tuple(_pool(p, f"pools[{i}]") for i, p in enumerate(_list(body, "pools"))),
-        templates=tuple(
-            _mapping(t, f"templates[{i}]") for i, t in enumerate(_list(body, "templates"))
+        address=body.address,
+        pools=tuple(
+            Pool(PoolKey.of(p.template, p.net, p.size), warm=p.warm, target=p.target)
+            for p in body.pools
         ),
-        entries=tuple(_entry(e, f"entries[{i}]") for i, e in enumerate(_list(body, "entries"))),
-        published_at=parse_stamp(body.get("publishedAt")),
-        capacity=_optional_int(body.get("capacity"), "capacity"),
-        extra={"metadata": dict(meta)} if meta else {},
+        templates=body.templates,
+        entries=_in_utc(body.entries),
+        published_at=parse_stamp(body.published_at),
+        capacity=body.capacity,
+        extra={"metadata": body.metadata} if body.metadata else {},
     )
 
 
-def _pool(obj: object, path: str) -> Pool:
-    body = _mapping(obj, path)
-    key = PoolKey.of(
-        _required_str(body.get("template"), f"{path}.template"),
-        _optional_str(body.get("net"), f"{path}.net"),
-        _optional_str(body.get("size"), f"{path}.size"),
-    )
-    return Pool(
-        key=key,
-        warm=_required_int(body.get("warm"), f"{path}.warm"),
-        target=_required_int(body.get("target"), f"{path}.target"),
-    )
+def _in_utc(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """Every entry :func:`in_utc`; a time that is out of range in UTC names its field."""
+    kept = []
+    for i, entry in enumerate(entries):
+        try:
+            kept.append(in_utc(entry))
+        except OverflowError:
+            field = "deadline" if _beyond_utc(entry.deadline) else "claimedAt"
+            raise InventoryFormatError(f"entries[{i}].{field}", "out of range in UTC") from None
+    return tuple(kept)
 
 
-def _entry(obj: object, path: str) -> Entry:
-    body = _mapping(obj, path)
-    metadata = body.get("metadata")
-    if isinstance(metadata, Mapping):
-        # Publishers write a JSON string; tolerate an object and keep it deterministic.
-        metadata = json.dumps(metadata, sort_keys=True, separators=(",", ":"))
-    return Entry(
-        name=_required_str(body.get("name"), f"{path}.name"),
-        phase=_required_str(body.get("phase"), f"{path}.phase"),
-        id=_optional_str(body.get("id"), f"{path}.id"),
-        template=_optional_str(body.get("template"), f"{path}.template"),
-        claim_ref=_optional_str(body.get("claimRef"), f"{path}.claimRef"),
-        addr=_optional_str(body.get("addr"), f"{path}.addr"),
-        deadline=_optional_time(body.get("deadline"), f"{path}.deadline"),
-        claimed_at=_optional_time(body.get("claimedAt"), f"{path}.claimedAt"),
-        metadata=_optional_str(metadata, f"{path}.metadata"),
-        cpu_count=_optional_int(body.get("cpuCount"), f"{path}.cpuCount"),
-        memory_bytes=_optional_int(body.get("memoryBytes"), f"{path}.memoryBytes"),
-    )
+def _beyond_utc(at: datetime | None) -> bool:
+    try:
+        return at is not None and at.astimezone(UTC) is None
+    except OverflowError:
+        return True
 
 
 def in_utc(entry: Entry) -> Entry:
@@ -186,72 +294,6 @@ def in_utc(entry: Entry) -> Entry:
         deadline=deadline and deadline.astimezone(UTC),
         claimed_at=claimed_at and claimed_at.astimezone(UTC),
     )
-
-
-def _mapping(obj: object, path: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise InventoryFormatError(path, f"expected an object, got {_kind(obj)}")
-    return obj
-
-
-def _list(body: Mapping[str, Any], name: str) -> list[Any]:
-    value = body.get(name)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InventoryFormatError(name, f"expected a list, got {_kind(value)}")
-    return value
-
-
-def _required_str(value: object, path: str) -> str:
-    if value is None or value == "":
-        raise InventoryFormatError(path, "required")
-    if not isinstance(value, str):
-        raise InventoryFormatError(path, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _optional_str(value: object, path: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise InventoryFormatError(path, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _required_int(value: object, path: str) -> int:
-    if value is None:
-        raise InventoryFormatError(path, "required")
-    return _int(value, path)
-
-
-def _optional_int(value: object, path: str) -> int | None:
-    return None if value is None else _int(value, path)
-
-
-def _int(value: object, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InventoryFormatError(path, f"expected an integer, got {_kind(value)}")
-    if value < 0:
-        raise InventoryFormatError(path, f"must not be negative, got {value}")
-    return value
-
-
-def _optional_time(value: object, path: str) -> datetime | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):  # YAML reads unquoted timestamps as datetimes
-        value = value.isoformat()
-    if not isinstance(value, str):
-        raise InventoryFormatError(path, f"expected an RFC 3339 time, got {_kind(value)}")
-    try:
-        return parse_rfc3339(value)
-    except InvalidValueError as error:
-        raise InventoryFormatError(path, str(error)) from error
-
-
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 # --- writing the object shape -------------------------------------------------------------
@@ -281,30 +323,9 @@ def inventory_to_object(inventory: NodeInventory) -> dict[str, Any]:
     ]
     if inventory.templates:
         obj["templates"] = [dict(t) for t in inventory.templates]
-    obj["entries"] = [_entry_to_object(e) for e in inventory.entries]
+    obj["entries"] = wire.plain(inventory.entries)
     if inventory.published_at is not None:
         obj["publishedAt"] = format_rfc3339(inventory.published_at)
     if inventory.capacity is not None:
         obj["capacity"] = inventory.capacity
     return obj
-
-
-def _entry_to_object(entry: Entry) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": entry.name, "phase": entry.phase}
-    strings = {
-        "id": entry.id,
-        "template": entry.template,
-        "claimRef": entry.claim_ref,
-        "addr": entry.addr,
-        "metadata": entry.metadata,
-    }
-    out.update({k: v for k, v in strings.items() if v})
-    if entry.deadline is not None:
-        out["deadline"] = format_rfc3339(entry.deadline)
-    if entry.claimed_at is not None:
-        out["claimedAt"] = format_rfc3339(entry.claimed_at)
-    if entry.cpu_count is not None:
-        out["cpuCount"] = entry.cpu_count
-    if entry.memory_bytes is not None:
-        out["memoryBytes"] = entry.memory_bytes
-    return out

@@ -17,6 +17,8 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from sandboxctl.core.errors import InvalidValueError
 
 ALL_TRAFFIC = "0.0.0.0/0"
@@ -31,15 +33,24 @@ ALWAYS_BLOCKED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class NetworkPolicy:
+class NetworkPolicy(msgspec.Struct, frozen=True):
     """What one sandbox may reach beyond what is always blocked, and whether its guest
-    ports need the traffic access token (``public_traffic`` False)."""
+    ports need the traffic access token (``public_traffic`` False).
+
+    Checked when made (every target a CIDR or an IP, normalized; at most MAX_RULES per
+    list), so a policy that exists is one the firewall can write. It is also the agent
+    API's shape of a policy (``{"internet", "allow_out", "deny_out", "public_traffic"}``)."""
 
     internet: bool = False
     allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
     public_traffic: bool = True
+
+    def __post_init__(self) -> None:
+        for name, field in (("allow_out", "allowOut"), ("deny_out", "denyOut")):
+            given = getattr(self, name)
+            if given:
+                msgspec.structs.force_setattr(self, name, targets(given, field))
 
     @property
     def egress(self) -> bool:
@@ -54,14 +65,15 @@ class NetworkPolicy:
         return (*self.deny_out, ALL_TRAFFIC)
 
     def updated(
-        self, internet: bool | None, allow_out: Sequence[str], deny_out: Sequence[str]
+        self, internet: object, allow_out: Sequence[str], deny_out: Sequence[str]
     ) -> NetworkPolicy:
         """This policy with its egress rules replaced (e2b's PUT replaces, never merges);
-        ``internet`` None keeps the current one. ``public_traffic`` is set at create only."""
+        ``internet`` that is not a bool (None, left out) keeps the current one.
+        ``public_traffic`` is set at create only."""
         return NetworkPolicy(
-            internet=self.internet if internet is None else internet,
-            allow_out=targets(allow_out, "allowOut"),
-            deny_out=targets(deny_out, "denyOut"),
+            internet=internet if isinstance(internet, bool) else self.internet,
+            allow_out=tuple(allow_out),
+            deny_out=tuple(deny_out),
             public_traffic=self.public_traffic,
         )
 
@@ -72,10 +84,8 @@ def policy(
     deny_out: Iterable[str] = (),
     public_traffic: bool = True,
 ) -> NetworkPolicy:
-    """A checked policy: every target a CIDR or an IP, at most MAX_RULES per list."""
-    return NetworkPolicy(
-        internet, targets(allow_out, "allowOut"), targets(deny_out, "denyOut"), public_traffic
-    )
+    """A policy from any iterables of targets (checked, as every policy is)."""
+    return NetworkPolicy(internet, tuple(allow_out), tuple(deny_out), public_traffic)
 
 
 def targets(values: Iterable[str], field: str) -> tuple[str, ...]:

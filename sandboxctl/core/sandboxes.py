@@ -2,7 +2,8 @@
 
 A Sandbox is never stored: it is synthesized from the entry that a node's inventory
 reports, so it carries no UID. Its ``resourceVersion`` is the number the store's ledger
-gave the change that made it (an unchanged entry keeps it).
+gave the change that made it (an unchanged entry keeps it). Every answer that shows one
+(a list, a get, a watch event, a create's answer) is made by :func:`sandbox_object`.
 
 The label and annotation keys are defined here once; everything that reads or writes them
 imports them from this module.
@@ -14,11 +15,12 @@ import re
 from typing import Any, Final
 
 from sandboxctl.core.model import split_name
+from sandboxctl.core.names import SANDBOXES
 from sandboxctl.core.snapshot import Located
 from sandboxctl.core.timestamps import format_rfc3339
 
-API_VERSION: Final = "agents.x-k8s.io/v1beta1"
-KIND: Final = "Sandbox"
+API_VERSION: Final = SANDBOXES.api_version
+KIND: Final = SANDBOXES.kind
 
 _PREFIX: Final = "sandbox.cocoonstack.io/"
 
@@ -83,8 +85,8 @@ def sandbox_annotations(located: Located) -> dict[str, str]:
         annotations[ANNOTATION_CLAIM_ID] = entry.id
     if entry.deadline is not None:
         annotations[ANNOTATION_DEADLINE] = format_rfc3339(entry.deadline)
-    if entry.metadata:
-        annotations[ANNOTATION_METADATA] = entry.metadata
+    if entry.metadata.text:
+        annotations[ANNOTATION_METADATA] = entry.metadata.text
     if entry.cpu_count is not None:
         annotations[ANNOTATION_CPU_COUNT] = str(entry.cpu_count)
     if entry.memory_bytes is not None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sandboxctl.core.names import REPORTS_API_VERSION
 from sandboxctl.core.timestamps import format_rfc3339
 from sandboxctl.guard.decide import Busy, Clear, Decision, Keep, Op, Stamp, Wait, WaitReason
 from sandboxctl.guard.health import HEALTHY, Deferred, Lost, Verdict, is_schedulable
 from sandboxctl.guard.pods import NodeView, PodView
 
-API_VERSION = "sandboxctl.dev/v1"
+API_VERSION = REPORTS_API_VERSION
 KIND = "GuardStatus"
 
 

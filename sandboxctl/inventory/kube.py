@@ -36,7 +36,7 @@ from kubernetes import client
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import InventoryFormatError, SandboxctlError
-from sandboxctl.core.model import Entry, NodeInventory, in_utc, inventory_from_object
+from sandboxctl.core.model import Entry, NodeInventory, in_utc, inventory_from_object, read_metadata
 from sandboxctl.core.snapshot import FleetSnapshot, collector_paused
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED, metadata_only
@@ -190,15 +190,15 @@ def _entries(
             entries[i] = same if same is not None and same == entry else in_utc(entry)
     except (msgspec.DecodeError, OverflowError):
         # Read whole as plain JSON, as any other object is: a form the wire's rules
-        # refuse but the reader tolerates (a metadata object, a null string, invalid
-        # UTF-8 replaced), or the error naming the entry.
+        # refuse but the reader tolerates (a null string, invalid UTF-8 replaced), or
+        # the error naming the entry.
         plain = [read_json(bytes(raw)) for raw in raws]
         return inventory_from_object({**obj, "entries": plain}).entries
     return tuple(entries)
 
 
 _NO_ENTRY = Entry("-", "-")  # a placeholder every miss overwrites
-_decode_entries = msgspec.json.Decoder(list[Entry]).decode
+_decode_entries = msgspec.json.Decoder(list[Entry], dec_hook=read_metadata).decode
 
 
 # --- the watch's events, entries left as their JSON ---------------------------------------

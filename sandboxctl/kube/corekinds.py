@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 from kubernetes import client
 
+from sandboxctl.core.names import Resource
 from sandboxctl.kube.errors import call, mapped
-from sandboxctl.kube.resources import MERGE_PATCH, REQUEST_TIMEOUT, CustomObjects, Resource
+from sandboxctl.kube.resources import MERGE_PATCH, REQUEST_TIMEOUT, CustomObjects
 
 PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)

@@ -25,14 +25,11 @@ from kubernetes import client
 
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.core.leases import LEASE_DURATION, REJOIN_AFTER, RENEW_DEADLINE, RETRY_PERIOD
 from sandboxctl.kube.errors import KubeConflict, KubeError, KubeNotFound, call
 
 log = logging.getLogger(__name__)
 
-LEASE_DURATION = timedelta(seconds=15)
-RENEW_DEADLINE = timedelta(seconds=10)
-RETRY_PERIOD = timedelta(seconds=2)
-REJOIN_AFTER = timedelta(seconds=5)
 REQUEST_TIMEOUT = 5.0
 
 

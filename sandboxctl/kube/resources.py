@@ -1,4 +1,5 @@
-"""The custom resources sandboxctl reads and writes, and the calls made on them.
+"""The calls made on the custom resources sandboxctl reads and writes (their names are
+``core.names``'s).
 
 Objects stay plain dicts (the JSON the server sent), read by ``core.model`` straight
 from them; only a watch may read a resource's events typed (``decode_event``), as the kube
@@ -19,42 +20,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from sandboxctl.core.names import (
+    Resource,
+)
 from sandboxctl.kube.errors import call, kube_error, mapped
 
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 10.0  # seconds; a hung server fails the call instead of the caller
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.plural}.{self.group}"
-
-
-NODE_INVENTORIES = Resource(
-    "sandbox.cocoonstack.io", "v1beta1", "nodeinventories", "NodeInventory", namespaced=False
-)
-SANDBOX_WARM_POOLS = Resource(
-    "extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "SandboxWarmPool", namespaced=True
-)
-SANDBOX_TEMPLATES = Resource(
-    "extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "SandboxTemplate", namespaced=True
-)
-# Karpenter's, which the guard reads
-NODEPOOLS = Resource("karpenter.sh", "v1", "nodepools", "NodePool", namespaced=False)
-NODECLAIMS = Resource("karpenter.sh", "v1", "nodeclaims", "NodeClaim", namespaced=False)
 
 
 @dataclass(frozen=True, slots=True)

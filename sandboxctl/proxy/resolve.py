@@ -161,5 +161,5 @@ class Resolver:
 def _owner(node: str, address: str, row: SandboxRow) -> Owner | None:
     if not row.token:
         return None
-    public = row.network is None or row.network.public_traffic
-    return Owner(node, address, row.id, row.token, public, row.address)
+    public = not row.network or row.network.public_traffic
+    return Owner(node, address, row.id, row.token, public, row.address or "")

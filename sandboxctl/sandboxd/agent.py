@@ -572,7 +572,7 @@ class Agent:
         namespace, slash, name = request.claim_ref.partition("/")
         if request.claim_ref and (not slash or not namespace or not name or "/" in name):
             raise BadRequest("claim_ref: expected <namespace>/<name>")
-        _check_env(request.env)
+        _check_env(request.env or {})
         return key
 
     def _check_key(self, key: PoolKey) -> None:
@@ -725,7 +725,7 @@ class Agent:
         record.token = secrets.token_urlsafe(24)
         record.claim_ref = request.claim_ref
         record.metadata = dict(request.metadata)
-        record.env = dict(request.env)
+        record.env = dict(request.env or {})
         record.ttl_seconds = ttl
         record.deadline = now + ttl
         record.claimed_at = now

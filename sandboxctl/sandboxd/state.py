@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from sandboxctl.agentapi.network import policy_from_json, policy_json
+from sandboxctl.core import wire
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
@@ -169,7 +169,7 @@ class StateCorrupt(ConfigurationError):
 
 def _to_column(value: Any) -> Any:
     if isinstance(value, NetworkPolicy):
-        value = policy_json(value)
+        return wire.encode(value).decode()
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     if isinstance(value, bool):
@@ -181,7 +181,7 @@ def _from_row(row: tuple[Any, ...]) -> SandboxRecord:
     values = dict(zip(_COLUMNS, row, strict=True))
     values["metadata"] = json.loads(values["metadata"])
     values["env"] = json.loads(values["env"])
-    values["network"] = policy_from_json(json.loads(values["network"]), "network", strict=False)
+    values["network"] = wire.decode(NetworkPolicy, values["network"])
     values["claimed"] = bool(values["claimed"])
     values["hibernated"] = bool(values["hibernated"])
     return SandboxRecord(**values)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import json
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from sandboxctl.agentapi import (
     AgentApiError,
@@ -44,10 +44,11 @@ from sandboxctl.agentapi import (
     UsageSample,
 )
 from sandboxctl.agentapi.mapping import HIBERNATED, RUNNING, entry_from_row
+from sandboxctl.agentapi.models import ClaimedPolicy
 from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import Entry, PoolKey
+from sandboxctl.core.model import Entry, Metadata, PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.placement import (
     ColdCandidate,
@@ -65,7 +66,6 @@ from sandboxctl.core.sandboxes import sandbox_fields, sandbox_labels, sandbox_ob
 from sandboxctl.core.selectors import SANDBOX_FIELDS, FieldSelector, LabelSelector
 from sandboxctl.core.snapshot import FleetView, Located, NodeRecord, WarmCandidate
 from sandboxctl.core.templates import READY_TIMEOUT
-from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339
 from sandboxctl.inventory.source import InventorySource
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
 from sandboxctl.store.index import OwnerIndex
@@ -123,13 +123,15 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """A granted claim. The token stays inside the server; callers derive from it."""
+    """A granted claim. The token stays inside the server; callers derive from it.
+    ``located`` is the new sandbox as this server reads it from now on."""
 
     claim_id: str
     node: str
     address: str
     token: str
-    deadline: str | None
+    deadline: datetime | None
+    located: Located
 
 
 @dataclass(slots=True)
@@ -496,16 +498,15 @@ class SandboxStore:
             metadata=dict(metadata or {}),
             on_expire=on_expire,
             env=dict(env or {}),
-            network=network,
+            network=UNSET if network is None else ClaimedPolicy.of(network),
         )
-        granted_rows: dict[str, ClaimGrant] = {}
         # A cold start of a template with a ready command waits for it (startup.py).
         waits = bool(self.template_entries().get(key.template, {}).get("readyCmd"))
         timeout = READY_TIMEOUT + CLAIM_SLACK if waits else None
 
-        def attempt(candidate: WarmCandidate | ColdCandidate) -> Outcome[Assignment]:
+        def attempt(candidate: WarmCandidate | ColdCandidate) -> Outcome[ClaimGrant]:
             try:
-                granted = nodes.client(candidate.address, timeout).claim(request)
+                return Delivered(nodes.client(candidate.address, timeout).claim(request))
             except AgentApiError as error:
                 if undelivered(error):
                     return Undelivered(str(error))
@@ -513,44 +514,39 @@ class SandboxStore:
                     # On a claim the node's 404 is about the template, not a sandbox.
                     return Failed(NodeRefused(404, error.message))
                 return Failed(_translate(error))
-            granted_rows[candidate.node] = granted
-            return Delivered(
-                Assignment(
-                    claim_id=granted.id,
-                    node=candidate.node,
-                    address=candidate.address,
-                    token=granted.token,
-                    deadline=format_rfc3339(granted.deadline) if granted.deadline else None,
-                )
-            )
 
+        chosen: WarmCandidate | ColdCandidate
         try:
-            _, assignment = place(candidates, attempt, self._rng.randrange)
+            chosen, granted = place(candidates, attempt, self._rng.randrange)
         except NoWarmCapacity:
             inventories = ((node, record.inventory) for node, record in read.records)
-            _, assignment = place_cold(key.template, cold_candidates(inventories, key), attempt)
-        self._index.remember_name(namespace, name, assignment.node)
-        self._index.remember_claim(namespace, assignment.claim_id, assignment.node)
-        self._index.remember_claim("", assignment.claim_id, assignment.node)
-        granted = granted_rows[assignment.node]
-        row = granted.sandbox
-        if row is not None:
-            entry = entry_from_row(row)
+            chosen, granted = place_cold(key.template, cold_candidates(inventories, key), attempt)
+        node = chosen.node
+        self._index.remember_name(namespace, name, node)
+        self._index.remember_claim(namespace, granted.id, node)
+        self._index.remember_claim("", granted.id, node)
+        if granted.sandbox:
+            entry = entry_from_row(granted.sandbox)
         else:  # an agent from before grants carried the row
             entry = Entry(
                 name=f"{namespace}/{name}",
                 phase=RUNNING,
-                id=assignment.claim_id,
+                id=granted.id,
                 template=key.template,
                 claim_ref=f"{namespace}/{name}",
-                deadline=_time(assignment.deadline),
+                metadata=Metadata.of(dict(metadata or {})),
+                deadline=granted.deadline,
                 claimed_at=self._clock.now().replace(microsecond=0),
-                metadata=json.dumps(dict(metadata), sort_keys=True, separators=(",", ":"))
-                if metadata
-                else "",
             )
-        self._wrote(assignment.node, entry.id, entry)
-        return assignment
+        self._wrote(node, entry.id, entry)
+        return Assignment(
+            claim_id=granted.id,
+            node=node,
+            address=chosen.address,
+            token=granted.token,
+            deadline=granted.deadline,
+            located=Located(node, entry),
+        )
 
     def release(self, located: Located) -> None:
         """Release on the owning node; an already released sandbox counts as released."""
@@ -566,10 +562,11 @@ class SandboxStore:
         self._index.forget(namespace, name, located.entry.id)
         self._wrote(located.node, located.entry.id, None)
 
-    def renew(self, located: Located, ttl_seconds: int) -> str | None:
+    def renew(self, located: Located, ttl_seconds: int) -> datetime | None:
         reply = self._verb(located, lambda c: c.renew(located.entry.id, ttl_seconds))
         self._rewrote(located, deadline=reply.deadline)
-        return format_rfc3339(reply.deadline) if reply.deadline else None
+        deadline: datetime | None = reply.deadline
+        return deadline
 
     def set_network(self, located: Located, update: NetworkUpdate) -> None:
         """Replace a sandbox's egress rules on its node."""
@@ -713,15 +710,6 @@ class SandboxStore:
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return all(x is y or x == y for x, y in zip(a, b, strict=True))
-
-
-def _time(text: object) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        return None
 
 
 def _translate(error: Exception) -> Exception:

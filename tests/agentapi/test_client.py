@@ -159,7 +159,7 @@ def test_renew_pools_and_listing_send_and_read_models() -> None:
     agent = Recorder(answer)
     with agent.client() as client:
         renewed = client.renew("sb_1", 90, on_expire="pause")
-        info = client.set_pools([PoolTarget(PoolKey("base", size="medium"), 2)])
+        info = client.set_pools([PoolTarget.of(PoolKey("base", size="medium"), 2)])
         rows = client.sandboxes(claim_ref="team/a")
     assert renewed.deadline == datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
     assert info.node == "n1"

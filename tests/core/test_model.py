@@ -13,6 +13,7 @@ from sandboxctl.core.model import (
     API_VERSION,
     KIND,
     Entry,
+    Metadata,
     NodeInventory,
     Pool,
     PoolKey,
@@ -97,7 +98,7 @@ def test_full_object_reads_every_field():
         addr="10.0.0.7:49983",
         deadline=datetime(2026, 9, 27, 10, 0, tzinfo=UTC),
         claimed_at=datetime(2026, 9, 27, 8, 0, tzinfo=UTC),
-        metadata='{"owner":"ann"}',
+        metadata=Metadata.parse('{"owner":"ann"}'),
         cpu_count=2,
         memory_bytes=536870912,
     )
@@ -139,7 +140,9 @@ def test_entry_metadata_given_as_an_object_becomes_a_deterministic_json_string()
         "node": "n1",
         "entries": [{"name": "a", "phase": "Running", "metadata": {"b": 1, "a": [2]}}],
     }
-    assert inventory_from_object(obj).entries[0].metadata == '{"a":[2],"b":1}'
+    metadata = inventory_from_object(obj).entries[0].metadata
+    assert metadata.text == '{"a":[2],"b":1}'
+    assert dict(metadata) == {"a": "[2]", "b": "1"}  # values not strings read as their JSON
 
 
 def test_missing_lists_read_as_empty():

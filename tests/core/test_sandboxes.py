@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandboxctl.core.model import Entry
+from sandboxctl.core.model import NO_METADATA, Entry, Metadata
 from sandboxctl.core.sandboxes import (
     ANNOTATION_CLAIM_ID,
     ANNOTATION_CPU_COUNT,
@@ -34,7 +34,7 @@ from sandboxctl.core.snapshot import Located
 from tests.core.fleet_factory import T0, at, quick
 
 DEADLINE = at(3600)  # 2026-09-27T10:00:00Z
-METADATA = json.dumps({"owner": "ana"}, separators=(",", ":"))
+METADATA = Metadata.parse(json.dumps({"owner": "ana"}, separators=(",", ":")))
 
 
 def full_entry(**changes: Any) -> Entry:
@@ -159,7 +159,9 @@ def test_creation_timestamp_is_claimed_at_in_utc() -> None:
 
 
 def test_each_annotation_appears_only_when_reported() -> None:
-    obj = served(full_entry(id="", deadline=None, metadata="", cpu_count=None, memory_bytes=0))
+    obj = served(
+        full_entry(id="", deadline=None, metadata=NO_METADATA, cpu_count=None, memory_bytes=0)
+    )
     assert obj["metadata"]["annotations"] == {ANNOTATION_MEMORY_BYTES: "0"}
 
 

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from kubernetes import client
 
-from sandboxctl.core.model import Entry, inventory_from_object
+from sandboxctl.core.model import Entry, Metadata, inventory_from_object
 from sandboxctl.inventory.kube import KubeInventorySource, inventory_event
 
 T0 = "2026-11-30T04:00:00Z"
@@ -111,7 +111,7 @@ def test_forms_the_wire_refuses_are_read_as_the_object_reader_reads_them(
     feed(source, line("ADDED", entry("a")))
     tolerated = entry("b", id=None, metadata={"z": 1, "a": 2}, deadline="")
     read = feed(source, line("MODIFIED", entry("a"), tolerated))
-    assert read[1] == Entry(name="b", phase="Running", metadata='{"a":2,"z":1}')
+    assert read[1] == Entry(name="b", phase="Running", metadata=Metadata.parse('{"a":2,"z":1}'))
     assert read[1].id == ""
     assert read[1].deadline is None
 

@@ -21,12 +21,20 @@ from typing import Any
 import pytest
 import uvicorn
 
-from sandboxctl.agentapi import AgentClient, AgentInfo, ClaimRequest, SandboxList, SandboxRow
+from sandboxctl.agentapi import (
+    AgentAnswerError,
+    AgentClient,
+    AgentInfo,
+    ClaimRequest,
+    SandboxList,
+    SandboxRow,
+)
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import FreshnessRule, NodeState
-from sandboxctl.core.model import Entry, Pool
+from sandboxctl.core.model import Entry, Metadata, Pool
 from sandboxctl.core.snapshot import FleetView
+from sandboxctl.core.wire import WireError
 from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.mesh import (
     START_SECONDS,
@@ -214,7 +222,7 @@ def test_start_lists_both_nodes_with_their_entries(
         claim_ref="default/x",
         deadline=T0 + timedelta(seconds=120),
         claimed_at=T0,
-        metadata='{"k":"v"}',
+        metadata=Metadata.parse('{"k":"v"}'),
         cpu_count=1,
         memory_bytes=512 << 20,
     )
@@ -358,19 +366,27 @@ def test_a_seed_slower_than_the_poll_interval_at_first_still_starts(
 
 
 class _FakeClient:
-    """Answers as an agent would, read through the models as the real client reads them."""
+    """Answers as an agent would, read through the models as the real client reads them
+    (an answer that does not fit is the client's AgentAnswerError)."""
 
     def __init__(self, info: Mapping[str, Any], rows: Sequence[Any]) -> None:
         self._info, self._rows = info, rows
 
     def info(self) -> AgentInfo:
-        return AgentInfo.from_json(self._info)
+        return _answer(AgentInfo, self._info)
 
     def sandboxes(self) -> Sequence[SandboxRow]:
-        return SandboxList.from_json({"sandboxes": self._rows}).sandboxes
+        return _answer(SandboxList, {"sandboxes": self._rows}).sandboxes
 
     def close(self) -> None:
         pass
+
+
+def _answer(model: Any, value: object) -> Any:
+    try:
+        return model.from_json(value)
+    except WireError as error:
+        raise AgentAnswerError(error.field, error.problem) from None
 
 
 def test_a_seed_with_an_unreadable_answer_fails_start(

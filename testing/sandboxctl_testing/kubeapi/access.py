@@ -136,23 +136,28 @@ def _rule_allows(rule: dict[str, Any], attrs: Attributes) -> bool:
     if "*" not in verbs and attrs.verb not in verbs:
         return False
     if not attrs.is_resource:
-        urls = rule.get("nonResourceURLs") or []
-        return any(
-            u == "*" or u == attrs.path or (u.endswith("*") and attrs.path.startswith(u[:-1]))
-            for u in urls
-        )
+        return _url_allowed(rule.get("nonResourceURLs") or [], attrs.path)
     groups = rule.get("apiGroups") or []
     if "*" not in groups and attrs.group not in groups:
         return False
-    resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
-    resources = rule.get("resources") or []
-    if not any(
-        r in ("*", resource) or (r.startswith("*/") and attrs.subresource == r[2:])
-        for r in resources
-    ):
+    if not _resource_allowed(rule.get("resources") or [], attrs):
         return False
     names = rule.get("resourceNames") or []
     return not names or attrs.name in names
+
+
+def _url_allowed(urls: list[str], path: str) -> bool:
+    """A non-resource path: named, or under a ``prefix*``, or ``*``."""
+    return any(u == "*" or u == path or (u.endswith("*") and path.startswith(u[:-1])) for u in urls)
+
+
+def _resource_allowed(resources: list[str], attrs: Attributes) -> bool:
+    """``*``, the resource (``pods``, ``pods/status``) or ``*/subresource``."""
+    resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    return any(
+        r in ("*", resource) or (r.startswith("*/") and attrs.subresource == r[2:])
+        for r in resources
+    )
 
 
 def review(authorizer: Authorizer, spec: Mapping[str, Any]) -> dict[str, Any]:

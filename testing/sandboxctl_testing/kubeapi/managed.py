@@ -130,36 +130,16 @@ def apply(
     new_paths = leaves(wanted)
     subresource = "status" if status else ""
     table = owners(current)
-    mine = next(
-        (
-            o
-            for o in table
-            if (o.manager, o.operation, o.subresource) == (manager, "Apply", subresource)
-        ),
-        None,
-    )
-    conflicts: list[tuple[str, Path]] = []
-    for owner in table:
-        if owner is mine:
-            continue
-        for path in sorted(owner.paths):
-            for new in new_paths:
-                if _overlap(path, new) and _at(current, new) != _at(wanted, new):
-                    conflicts.append((owner.manager, new))
-                    break
+    mine = _entry_of(table, manager, "Apply", subresource)
+    others = [owner for owner in table if owner is not mine]
+    conflicts = _conflicts(current, wanted, new_paths, others)
     if conflicts and not force:
         raise ApplyConflict(conflicts)
     taken = {p for _, p in conflicts}
-    for owner in table:
-        if owner is not mine:
-            owner.paths = {p for p in owner.paths if not any(_overlap(p, t) for t in taken)}
+    for owner in others:  # forced: the fields change hands
+        owner.paths = {p for p in owner.paths if not any(_overlap(p, t) for t in taken)}
     result = clone(current)
-    others = set().union(*(o.paths for o in table if o is not mine))
-    for path in sorted((mine.paths if mine else set()) - new_paths, reverse=True):
-        if not any(_overlap(path, other) for other in others) and not any(
-            _overlap(path, new) for new in new_paths
-        ):
-            _delete(result, path)
+    _drop_unapplied(result, (mine.paths if mine else set()) - new_paths, new_paths, others)
     _merge(result, wanted)
     if mine is None:
         mine = Owner(manager, "Apply", api_version, now, subresource, set())
@@ -167,6 +147,39 @@ def apply(
     mine.paths, mine.time, mine.api_version = new_paths, now, api_version
     _store(result, table)
     return result
+
+
+def _entry_of(table: list[Owner], manager: str, operation: str, subresource: str) -> Owner | None:
+    """``manager``'s entry for this operation and subresource, if it has one."""
+    key = (manager, operation, subresource)
+    return next((o for o in table if (o.manager, o.operation, o.subresource) == key), None)
+
+
+def _conflicts(
+    current: dict[str, Any], wanted: dict[str, Any], paths: set[Path], others: list[Owner]
+) -> list[tuple[str, Path]]:
+    """(manager, path) for each other manager's first field this apply would change."""
+    conflicts: list[tuple[str, Path]] = []
+    for owner in others:
+        for path in sorted(owner.paths):
+            for new in paths:
+                if _overlap(path, new) and _at(current, new) != _at(wanted, new):
+                    conflicts.append((owner.manager, new))
+                    break
+    return conflicts
+
+
+def _drop_unapplied(
+    result: dict[str, Any], dropped: set[Path], applied: set[Path], others: list[Owner]
+) -> None:
+    """Remove the fields the manager applied before and no longer does, unless another
+    manager owns them or this apply sets them again."""
+    kept = set().union(*(o.paths for o in others))
+    for path in sorted(dropped, reverse=True):
+        if not any(_overlap(path, other) for other in kept) and not any(
+            _overlap(path, new) for new in applied
+        ):
+            _delete(result, path)
 
 
 def record_update(
@@ -188,14 +201,7 @@ def record_update(
     subresource = "status" if status else ""
     for owner in table:
         owner.paths = {p for p in owner.paths if not any(_overlap(p, c) for c in changed)}
-    mine = next(
-        (
-            o
-            for o in table
-            if (o.manager, o.operation, o.subresource) == (manager, "Update", subresource)
-        ),
-        None,
-    )
+    mine = _entry_of(table, manager, "Update", subresource)
     if mine is None:
         mine = Owner(manager, "Update", api_version, now, subresource, set())
         table.append(mine)

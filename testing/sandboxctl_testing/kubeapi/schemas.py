@@ -60,9 +60,7 @@ def crd_resources(crd: Mapping[str, Any]) -> list[ResourceType]:
     """The served versions of a CRD as resource types (SchemaError on a bad spec)."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
-    group = spec.get("group")
-    plural = names.get("plural")
-    kind = names.get("kind")
+    group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
     if not group or not plural or not kind:
         raise SchemaError("spec", "group, names.plural and names.kind are required")
     expected = f"{plural}.{group}"
@@ -71,45 +69,51 @@ def crd_resources(crd: Mapping[str, Any]) -> list[ResourceType]:
     scope = spec.get("scope")
     if scope not in ("Namespaced", "Cluster"):
         raise SchemaError("spec.scope", "must be Namespaced or Cluster")
-    out = []
-    for index, version in enumerate(spec.get("versions") or []):
-        if not version.get("served", True):
-            continue
-        schema = (version.get("schema") or {}).get("openAPIV3Schema")
-        if not isinstance(schema, dict):
-            raise SchemaError(f"spec.versions[{index}].schema.openAPIV3Schema", "required")
-        try:
-            _validator(schema)
-        except fastjsonschema.JsonSchemaDefinitionException as error:
-            raise SchemaError(f"spec.versions[{index}].schema", str(error)) from None
-        columns = tuple(
-            Column(
-                c["name"],
-                c.get("type", "string"),
-                c["jsonPath"],
-                c.get("description", ""),
-                c.get("format", ""),
-                c.get("priority", 0),
-            )
-            for c in version.get("additionalPrinterColumns") or []
+    out = [
+        ResourceType(
+            group,
+            version["name"],
+            plural,
+            kind,
+            scope == "Namespaced",
+            singular=names.get("singular") or kind.lower(),
+            short_names=tuple(names.get("shortNames") or ()),
+            status="status" in (version.get("subresources") or {}),
+            columns=_columns(version),
+            schema=_version_schema(version, index),
         )
-        out.append(
-            ResourceType(
-                group,
-                version["name"],
-                plural,
-                kind,
-                scope == "Namespaced",
-                singular=names.get("singular") or kind.lower(),
-                short_names=tuple(names.get("shortNames") or ()),
-                status="status" in (version.get("subresources") or {}),
-                columns=columns,
-                schema=schema,
-            )
-        )
+        for index, version in enumerate(spec.get("versions") or [])
+        if version.get("served", True)
+    ]
     if not out:
         raise SchemaError("spec.versions", "at least one version must be served")
     return out
+
+
+def _version_schema(version: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A served version's structural schema, refused when it does not compile."""
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    if not isinstance(schema, dict):
+        raise SchemaError(f"spec.versions[{index}].schema.openAPIV3Schema", "required")
+    try:
+        _validator(schema)
+    except fastjsonschema.JsonSchemaDefinitionException as error:
+        raise SchemaError(f"spec.versions[{index}].schema", str(error)) from None
+    return schema
+
+
+def _columns(version: Mapping[str, Any]) -> tuple[Column, ...]:
+    return tuple(
+        Column(
+            c["name"],
+            c.get("type", "string"),
+            c["jsonPath"],
+            c.get("description", ""),
+            c.get("format", ""),
+            c.get("priority", 0),
+        )
+        for c in version.get("additionalPrinterColumns") or []
+    )
 
 
 def established(crd: dict[str, Any], now: str) -> dict[str, Any]:

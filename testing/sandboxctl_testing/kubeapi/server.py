@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +27,8 @@ import yaml
 from sandboxctl_testing.kubeapi import access, discovery
 from sandboxctl_testing.kubeapi.patches import APPLY, JSON_PATCH, MERGE, STRATEGIC
 from sandboxctl_testing.kubeapi.resources import ACCESS_REVIEWS, CRDS, TOKEN_REVIEWS, ResourceType
-from sandboxctl_testing.kubeapi.store import ApiError, Event, Store, Write
+from sandboxctl_testing.kubeapi.store import ApiError, Store, Write
+from sandboxctl_testing.kubeapi.watch import Watch, WatchRequest
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,22 @@ class Route:
     namespace: str
     name: str
     subresource: str
+
+    @property
+    def where(self) -> tuple[ResourceType, str, str]:
+        """The store's address of the object: resource, namespace, name."""
+        return self.resource, self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One authorized request on a resource, with what every write reads of its query."""
+
+    route: Route
+    user: access.User
+    dry_run: bool
+    strict: bool
+    manager: str  # fieldManager, else the client's name from its User-Agent
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -177,30 +194,25 @@ class Handler(BaseHTTPRequestHandler):
             self._authorize(user, access.Attributes(verb="get", path=path))
             self._discovery(path, segments)
             return
+        if method == "GET" and self._group_discovery(segments):
+            return
+        group, version, rest = _api_path(segments)
+        self._resource(method, self._resource_route(group, version, rest), user)
+
+    def _group_discovery(self, segments: list[str]) -> bool:
+        """``/api/VERSION``, ``/apis/GROUP`` and ``/apis/GROUP/VERSION``: whether this was
+        one of them (answered, or 404 for one the registry does not serve)."""
         registry = self.server.store.registry
-        if segments[:1] == ["api"]:
-            if len(segments) == 2 and method == "GET":
-                self._json(200, discovery.resource_list(registry, "", segments[1]) or _missing())
-                return
-            group, version, rest = "", segments[1] if len(segments) > 1 else "", segments[2:]
-        elif segments[:1] == ["apis"] and len(segments) >= 2:
-            if len(segments) == 2 and method == "GET":
-                self._json(200, discovery.group(registry, segments[1]) or _missing())
-                return
-            if len(segments) == 3 and method == "GET":
-                self._json(
-                    200, discovery.resource_list(registry, segments[1], segments[2]) or _missing()
-                )
-                return
-            group, version, rest = (
-                segments[1],
-                segments[2] if len(segments) > 2 else "",
-                segments[3:],
-            )
+        if segments[:1] == ["api"] and len(segments) == 2:
+            doc = discovery.resource_list(registry, "", segments[1])
+        elif segments[:1] == ["apis"] and len(segments) == 2:
+            doc = discovery.group(registry, segments[1])
+        elif segments[:1] == ["apis"] and len(segments) == 3:
+            doc = discovery.resource_list(registry, segments[1], segments[2])
         else:
-            raise ApiError(404, "NotFound", NOT_FOUND_PATH)
-        route = self._resource_route(group, version, rest)
-        self._resource(method, route, user)
+            return False
+        self._json(200, doc or _missing())
+        return True
 
     def _resource_route(self, group: str, version: str, rest: list[str]) -> Route:
         registry = self.server.store.registry
@@ -222,10 +234,9 @@ class Handler(BaseHTTPRequestHandler):
     # --- resources ------------------------------------------------------------------------
 
     def _resource(self, method: str, route: Route, user: access.User) -> None:
-        resource, namespace, name = route.resource, route.namespace, route.name
-        store = self.server.store
-        watching = method == "GET" and not name and self.query.get("watch") in _TRUE
-        verb = _verb(method, bool(name), watching)
+        resource = route.resource
+        watching = method == "GET" and not route.name and self.query.get("watch") in _TRUE
+        verb = _verb(method, bool(route.name), watching)
         if verb not in resource.verbs:
             raise ApiError(
                 405,
@@ -235,126 +246,133 @@ class Handler(BaseHTTPRequestHandler):
         self._authorize(
             user,
             access.Attributes(
-                verb, resource.group, resource.plural, route.subresource, namespace, name
+                verb,
+                resource.group,
+                resource.plural,
+                route.subresource,
+                route.namespace,
+                route.name,
             ),
             resource,
         )
-        dry_run = self.query.get("dryRun") == "All"
-        strict = self.query.get("fieldValidation") == "Strict"
-        manager = (
-            self.query.get("fieldManager")
-            or self.headers.get("User-Agent", "unknown").split("/")[0]
+        call = _Call(
+            route,
+            user,
+            dry_run=self.query.get("dryRun") == "All",
+            strict=self.query.get("fieldValidation") == "Strict",
+            manager=(
+                self.query.get("fieldManager")
+                or self.headers.get("User-Agent", "unknown").split("/")[0]
+            ),
         )
-        status = route.subresource == "status"
-        if verb == "get":
-            obj = store.get(resource, namespace, name)
-            self._object(200, resource, obj)
-        elif verb == "list":
-            items, rv = store.select(
-                resource,
-                namespace,
-                self.query.get("labelSelector", ""),
-                self.query.get("fieldSelector", ""),
+        verbs: dict[str, Callable[[_Call], None]] = {
+            "get": self._get,
+            "list": self._list,
+            "watch": self._watch,
+            "create": self._create,
+            "update": self._update,
+            "patch": self._patch,
+            "delete": self._delete,
+            "deletecollection": self._delete_collection,
+        }
+        verbs[verb](call)
+
+    def _get(self, call: _Call) -> None:
+        route = call.route
+        self._object(200, route.resource, self.server.store.get(*route.where))
+
+    def _list(self, call: _Call) -> None:
+        resource = call.route.resource
+        items, rv = self._selected(call)
+        if discovery.wants_table(self.headers.get("Accept", "")):
+            self._json(200, discovery.table(resource, items, _now(), str(rv)))
+            return
+        self._json(200, _list_body(resource, items, {"resourceVersion": str(rv)}))
+
+    def _create(self, call: _Call) -> None:
+        route, store = call.route, self.server.store
+        body = self._body()
+        if route.resource.storage in (TOKEN_REVIEWS, ACCESS_REVIEWS):
+            self._review(route.resource, body)
+            return
+        written = store.create(
+            route.resource,
+            route.namespace,
+            body,
+            manager=call.manager,
+            dry_run=call.dry_run,
+            strict=call.strict,
+        )
+        self._write(201, route.resource, written)
+
+    def _update(self, call: _Call) -> None:
+        route = call.route
+        written = self.server.store.update(
+            *route.where,
+            self._body(),
+            manager=call.manager,
+            status=route.subresource == "status",
+            dry_run=call.dry_run,
+            strict=call.strict,
+        )
+        self._write(200, route.resource, written)
+
+    def _patch(self, call: _Call) -> None:
+        route, store = call.route, self.server.store
+        resource = route.resource
+        kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if kind not in (JSON_PATCH, MERGE, STRATEGIC, APPLY):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml",
             )
-            if discovery.wants_table(self.headers.get("Accept", "")):
-                self._json(200, discovery.table(resource, items, _now(), str(rv)))
-                return
-            self._json(
-                200,
-                {
-                    "apiVersion": resource.group_version,
-                    "kind": f"{resource.kind}List",
-                    "metadata": {"resourceVersion": str(rv)},
-                    "items": items,
-                },
+        body = self._body(yaml_ok=kind == APPLY)
+        if kind == APPLY and not store.exists(*route.where):
+            # An apply that creates needs create as well as patch, as on a real server.
+            attrs = access.Attributes(
+                "create", resource.group, resource.plural, "", route.namespace, route.name
             )
-        elif verb == "watch":
-            self._watch(resource, namespace)
-        elif verb == "create":
-            body = self._body()
-            if resource.storage in (TOKEN_REVIEWS, ACCESS_REVIEWS):
-                self._review(resource, body)
-                return
-            self._write(
-                201,
-                resource,
-                store.create(
-                    resource, namespace, body, manager=manager, dry_run=dry_run, strict=strict
-                ),
-            )
-        elif verb == "update":
-            written = store.update(
-                resource,
-                namespace,
-                name,
-                self._body(),
-                manager=manager,
-                status=status,
-                dry_run=dry_run,
-                strict=strict,
-            )
-            self._write(200, resource, written)
-        elif verb == "patch":
-            kind = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if kind not in (JSON_PATCH, MERGE, STRATEGIC, APPLY):
-                raise ApiError(
-                    415,
-                    "UnsupportedMediaType",
-                    "the body of the request was in an unknown format - accepted media types "
-                    "include: application/json-patch+json, application/merge-patch+json, "
-                    "application/apply-patch+yaml",
-                )
-            body = self._body(yaml_ok=kind == APPLY)
-            if kind == APPLY and not store.exists(resource, namespace, name):
-                # An apply that creates needs create as well as patch, as on a real server.
-                attrs = access.Attributes(
-                    "create", resource.group, resource.plural, "", namespace, name
-                )
-                self._authorize(user, attrs, resource)
-            force = self.query.get("force") in _TRUE
-            apply_manager = self.query.get("fieldManager", "") if kind == APPLY else manager
-            written = store.patch(
-                resource,
-                namespace,
-                name,
-                kind,
-                body,
-                manager=apply_manager,
-                force=force,
-                status=status,
-                dry_run=dry_run,
-                strict=strict,
-            )
-            self._write(201 if written.created else 200, resource, written)
-        elif verb == "delete":
-            options = self._body(required=False) or {}
-            if not isinstance(options, dict):
-                raise ApiError(400, "BadRequest", "the request body must be a DeleteOptions object")
-            dry = dry_run or "All" in (options.get("dryRun") or [])
-            if "gracePeriodSeconds" in self.query:
-                options["gracePeriodSeconds"] = int(self.query["gracePeriodSeconds"])
-            self._object(
-                200, resource, store.delete(resource, namespace, name, options, dry_run=dry)
-            )
-        elif verb == "deletecollection":
-            items, _ = store.select(
-                resource,
-                namespace,
-                self.query.get("labelSelector", ""),
-                self.query.get("fieldSelector", ""),
-            )
-            for item in items:
-                meta = item["metadata"]
-                store.delete(resource, meta.get("namespace", ""), meta["name"], dry_run=dry_run)
-            self._json(
-                200,
-                {
-                    "apiVersion": resource.group_version,
-                    "kind": f"{resource.kind}List",
-                    "metadata": {},
-                    "items": items,
-                },
-            )
+            self._authorize(call.user, attrs, resource)
+        written = store.patch(
+            *route.where,
+            kind,
+            body,
+            manager=self.query.get("fieldManager", "") if kind == APPLY else call.manager,
+            force=self.query.get("force") in _TRUE,
+            status=route.subresource == "status",
+            dry_run=call.dry_run,
+            strict=call.strict,
+        )
+        self._write(201 if written.created else 200, resource, written)
+
+    def _delete(self, call: _Call) -> None:
+        options = self._body(required=False) or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "BadRequest", "the request body must be a DeleteOptions object")
+        dry = call.dry_run or "All" in (options.get("dryRun") or [])
+        if "gracePeriodSeconds" in self.query:
+            options["gracePeriodSeconds"] = int(self.query["gracePeriodSeconds"])
+        deleted = self.server.store.delete(*call.route.where, options, dry_run=dry)
+        self._object(200, call.route.resource, deleted)
+
+    def _delete_collection(self, call: _Call) -> None:
+        resource, store = call.route.resource, self.server.store
+        items, _ = self._selected(call)
+        for item in items:
+            meta = item["metadata"]
+            store.delete(resource, meta.get("namespace", ""), meta["name"], dry_run=call.dry_run)
+        self._json(200, _list_body(resource, items, {}))
+
+    def _selected(self, call: _Call) -> tuple[list[dict[str, Any]], int]:
+        return self.server.store.select(
+            call.route.resource,
+            call.route.namespace,
+            self.query.get("labelSelector", ""),
+            self.query.get("fieldSelector", ""),
+        )
 
     def _review(self, resource: ResourceType, body: Any) -> None:
         if not isinstance(body, dict) or not isinstance(body.get("spec"), dict):
@@ -409,119 +427,38 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- watch ----------------------------------------------------------------------------
 
-    def _watch(self, resource: ResourceType, namespace: str) -> None:
-        store = self.server.store
-        settings = self.server.settings
-        matches = store.matcher(
-            resource, self.query.get("labelSelector", ""), self.query.get("fieldSelector", "")
-        )
-        bookmarks = self.query.get("allowWatchBookmarks") in _TRUE
-        initial_end = self.query.get("sendInitialEvents") in _TRUE
-        as_table = discovery.wants_table(self.headers.get("Accept", ""))
+    def _watch(self, call: _Call) -> None:
+        store, route = self.server.store, call.route
+        labels = self.query.get("labelSelector", "")
+        fields = self.query.get("fieldSelector", "")
+        matches = store.matcher(route.resource, labels, fields)
         timeout = int(self.query.get("timeoutSeconds") or 0) or DEFAULT_WATCH_SECONDS
-        deadline = time.monotonic() + timeout
-        rv_text = self.query.get("resourceVersion", "")
-        if rv_text and not rv_text.isdigit():
-            raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv_text!r}: not a number")
-        first: list[bytes] = []
-        with store.lock:
-            expired, dropped = store.expired, store.dropped
-            if rv_text in ("", "0") or initial_end:
-                items, cursor = store.select(
-                    resource,
-                    namespace,
-                    self.query.get("labelSelector", ""),
-                    self.query.get("fieldSelector", ""),
-                )
-                first = [
-                    self._line("ADDED", resource, obj=item, as_table=as_table) for item in items
-                ]
-            else:
-                cursor = int(rv_text)
-                gone = cursor < store.compacted
+        version = self.query.get("resourceVersion", "")
+        if version and not version.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resourceVersion {version!r}: not a number")
+        request = WatchRequest(
+            route.resource,
+            route.namespace,
+            labels,
+            fields,
+            matches,
+            bookmarks=self.query.get("allowWatchBookmarks") in _TRUE,
+            initial_end=self.query.get("sendInitialEvents") in _TRUE,
+            as_table=discovery.wants_table(self.headers.get("Accept", "")),
+            deadline=time.monotonic() + timeout,
+            version=version,
+        )
+        watch = Watch(store, request, self.server.settings.bookmark_seconds, self._chunk)
+        watch.open()
         self._start_stream()
         sock = self.connection
         self.server.open_streams.add(sock)
         try:
-            if rv_text not in ("", "0") and not initial_end and gone:
-                self._chunk(
-                    _error_line(
-                        ApiError(
-                            410,
-                            "Expired",
-                            f"too old resource version: {cursor} ({store.compacted})",
-                        )
-                    )
-                )
-                return
-            for line in first:
-                self._chunk(line)
-            if initial_end and bookmarks:
-                self._chunk(_bookmark(resource, cursor, initial_end=True))
-            next_bookmark = time.monotonic() + settings.bookmark_seconds
-            while True:
-                lines: list[bytes] = []
-                with store.lock:
-                    while True:
-                        now = time.monotonic()
-                        if (
-                            store.closed
-                            or store.dropped != dropped
-                            or store.expired != expired
-                            or now >= deadline
-                        ):
-                            break
-                        if (store._rvs and store._rvs[-1] > cursor) or cursor < store.compacted:
-                            break
-                        if bookmarks and now >= next_bookmark:
-                            break
-                        store.changed.wait(
-                            min(deadline, next_bookmark if bookmarks else deadline) - now
-                        )
-                    if store.dropped != dropped:
-                        self.close_connection = True
-                        sock.shutdown(socket.SHUT_RDWR)
-                        return
-                    if store.expired != expired:
-                        lines.append(
-                            _error_line(
-                                ApiError(
-                                    410,
-                                    "Expired",
-                                    f"too old resource version: {cursor} ({store.rv})",
-                                )
-                            )
-                        )
-                    elif not store.closed:
-                        try:
-                            events = store.events_after(cursor)
-                        except ApiError as error:
-                            lines.append(_error_line(error))
-                        else:
-                            for event in events:
-                                if event.storage == resource.storage and (
-                                    not namespace or event.namespace == namespace
-                                ):
-                                    shown = self._event_line(resource, event, matches, as_table)
-                                    if shown is not None:
-                                        lines.append(shown)
-                            cursor = max(cursor, store.rv)
-                    final = store.closed or bool(lines and lines[-1].startswith(b'{"type":"ERROR"'))
-                for line in lines:
-                    self._chunk(line)
-                if final:
-                    return
-                now = time.monotonic()
-                if now >= deadline:
-                    if bookmarks:
-                        self._chunk(_bookmark(resource, cursor))
-                    return
-                if bookmarks and now >= next_bookmark:
-                    self._chunk(_bookmark(resource, cursor))
-                    next_bookmark = now + settings.bookmark_seconds
+            if not watch.run():  # /_fake/drop-watches: cut without a word
+                self.close_connection = True
+                sock.shutdown(socket.SHUT_RDWR)
         except (ConnectionResetError, BrokenPipeError, OSError):
             self.close_connection = True
-            return
         finally:
             self.server.open_streams.discard(sock)
             if not self.close_connection:
@@ -529,39 +466,6 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"0\r\n\r\n")
                 except OSError:
                     self.close_connection = True
-
-    def _event_line(
-        self, resource: ResourceType, event: Event, matches: Any, as_table: bool
-    ) -> bytes | None:
-        was = event.old is not None and event.type != "ADDED" and matches(event.old)
-        now = event.type != "DELETED" and matches(event.new)
-        if event.type == "DELETED":
-            kind = "DELETED" if was else None
-        elif was and now:
-            kind = "MODIFIED"
-        elif now:
-            kind = "ADDED"
-        elif was:
-            kind = "DELETED"
-        else:
-            kind = None
-        if kind is None:
-            return None
-        if as_table:
-            return self._line(kind, resource, obj=event.new, as_table=True)
-        return (
-            b'{"type":"'
-            + kind.encode()
-            + b'","object":'
-            + self.server.store.encode(resource, event)
-            + b"}\n"
-        )
-
-    def _line(
-        self, kind: str, resource: ResourceType, obj: dict[str, Any], as_table: bool
-    ) -> bytes:
-        shown: Any = discovery.table(resource, [obj], _now(), None) if as_table else obj
-        return json.dumps({"type": kind, "object": shown}, separators=(",", ":")).encode() + b"\n"
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -716,25 +620,24 @@ def _verb(method: str, named: bool, watching: bool) -> str:
     )
 
 
-def _error_line(error: ApiError) -> bytes:
-    status = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": error.message,
-        "reason": error.reason,
-        "code": error.code,
+def _api_path(segments: list[str]) -> tuple[str, str, list[str]]:
+    """A resource path's group, version and the rest (``/api`` is the core group)."""
+    if segments[:1] == ["api"]:
+        return "", segments[1] if len(segments) > 1 else "", segments[2:]
+    if segments[:1] == ["apis"] and len(segments) >= 2:
+        return segments[1], segments[2] if len(segments) > 2 else "", segments[3:]
+    raise ApiError(404, "NotFound", NOT_FOUND_PATH)
+
+
+def _list_body(
+    resource: ResourceType, items: list[dict[str, Any]], metadata: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": resource.group_version,
+        "kind": f"{resource.kind}List",
+        "metadata": metadata,
+        "items": items,
     }
-    return json.dumps({"type": "ERROR", "object": status}, separators=(",", ":")).encode() + b"\n"
-
-
-def _bookmark(resource: ResourceType, rv: int, initial_end: bool = False) -> bytes:
-    metadata: dict[str, Any] = {"resourceVersion": str(rv)}
-    if initial_end:
-        metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-    obj = {"kind": resource.kind, "apiVersion": resource.group_version, "metadata": metadata}
-    return json.dumps({"type": "BOOKMARK", "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
 def _missing() -> Any:
