@@ -31,15 +31,15 @@ from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sandboxctl.apiserver.discovery import GROUP, PLURAL, RESOURCE, VERSION
 from sandboxctl.apiserver.status import status_body
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.core.names import SANDBOXES
 
 ALL_NAMESPACES: Final = "*"
 HEALTH_PATHS: Final = frozenset({"/healthz", "/livez", "/readyz"})
 _LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_NAMESPACED: Final = f"/apis/{GROUP}/{VERSION}/namespaces/"
-_ACROSS_NAMESPACES: Final = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+_NAMESPACED: Final = f"/apis/{SANDBOXES.group}/{SANDBOXES.version}/namespaces/"
+_ACROSS_NAMESPACES: Final = f"/apis/{SANDBOXES.group}/{SANDBOXES.version}/{SANDBOXES.plural}"
 
 
 def _digest(token: str | bytes) -> bytes:
@@ -154,8 +154,8 @@ def _forbidden(namespace: str) -> dict[str, object]:
     )
     return status_body(
         403,
-        f"{RESOURCE} is forbidden: this token may not use {PLURAL} {where}",
-        details={"group": GROUP, "kind": PLURAL},
+        f"{SANDBOXES.qualified} is forbidden: this token may not use {SANDBOXES.plural} {where}",
+        details={"group": SANDBOXES.group, "kind": SANDBOXES.plural},
     )
 
 

@@ -1,9 +1,11 @@
-"""Create: what a submitted Sandbox asks the store to claim, and the object answered.
+"""Create: what a submitted Sandbox asks the store to claim.
 
 A create is a claim, never an upsert: nothing is stored, and creating a name that is
 already claimed asks for a second claim (which the fleet may grant on another node).
+The answer is the created sandbox as every read shows it (``store.object_of``).
 
-The claim is read from the submitted object:
+The claim is read from the submitted object (:class:`SandboxObject`, a value of the
+wrong JSON type being a 400 naming the field, as a Kubernetes API server answers it):
 
 * name: ``metadata.name``, else ``metadata.generateName`` plus five random characters;
 * template: the first container's image (``spec.podTemplate.spec.containers[0].image``),
@@ -24,7 +26,6 @@ namespace is an RFC 1123 label, annotations hold at most 256 KiB), and each fail
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import re
@@ -34,27 +35,18 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from sandboxctl.apiserver.discovery import GROUP, PLURAL
+import msgspec
+
 from sandboxctl.apiserver.status import ApiError
+from sandboxctl.core import wire
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import NETS, PoolKey
-from sandboxctl.core.sandboxes import (
-    ANNOTATION_CLAIM_ID,
-    ANNOTATION_DEADLINE,
-    API_VERSION,
-    CONDITION_READY,
-    KIND,
-    LABEL_NODE,
-    addr_host,
-)
-from sandboxctl.core.timestamps import format_rfc3339, parse_rfc3339
-from sandboxctl.store import Assignment
+from sandboxctl.core.names import SANDBOXES
+from sandboxctl.core.timestamps import ZonedTime, format_rfc3339
+from sandboxctl.core.wire import Model
 
 ANNOTATION_NET: Final = "sandbox.cocoonstack.io/net"
 ANNOTATION_TTL_SECONDS: Final = "sandbox.cocoonstack.io/ttl-seconds"
-ANNOTATION_ADDRESS: Final = "sandbox.cocoonstack.io/address"
-
-READY_ON_CREATE: Final = "DependenciesReady"
 
 LARGE_CPU, LARGE_MEMORY = Decimal(4), Decimal(8 * 2**30)
 MEDIUM_CPU, MEDIUM_MEMORY = Decimal(1), Decimal(2 * 2**30)
@@ -78,6 +70,55 @@ _DECIMAL: Final = {
 }  # fmt: skip
 
 
+# --- the submitted object, as far as a claim reads it ------------------------------------
+
+Quantity = str | int | float  # "500m", "2Gi", 4, 1.5
+
+
+class ObjectMeta(Model, frozen=True):
+    """What a create reads of an object's metadata; the name is checked as Kubernetes
+    checks it (422), so it may arrive as any value."""
+
+    name: Any = None
+    generateName: Any = None
+    namespace: Any = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Resources(Model, frozen=True):
+    requests: dict[str, Quantity] = msgspec.field(default_factory=dict)
+    limits: dict[str, Quantity] = msgspec.field(default_factory=dict)
+
+
+class Container(Model, frozen=True):
+    image: str = ""
+    resources: Resources = Resources()
+
+
+class PodSpec(Model, frozen=True):
+    containers: tuple[Container, ...] = ()
+
+
+class PodTemplate(Model, frozen=True):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec = PodSpec()
+
+
+class SandboxSpec(Model, frozen=True):
+    podTemplate: PodTemplate = PodTemplate()
+    shutdownTime: ZonedTime | None = None
+
+
+class SandboxObject(Model, frozen=True):
+    """A submitted Sandbox; every field this server does not read is ignored."""
+
+    apiVersion: Any = None
+    kind: Any = None
+    metadata: ObjectMeta = ObjectMeta()
+    spec: SandboxSpec = SandboxSpec()
+
+
 @dataclass(frozen=True, slots=True)
 class CreateRequest:
     namespace: str
@@ -86,64 +127,83 @@ class CreateRequest:
     ttl_seconds: int
 
 
-def create_request(namespace: str, body: Any, now: datetime) -> CreateRequest:
-    """Read a submitted Sandbox; ApiError 400/422 names the field that is wrong."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a Sandbox object")
-    for field, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
-        if body.get(field) not in (None, "", expected):
-            raise ApiError(400, f"{field} {body[field]!r} is not {expected!r}")
-    metadata = _mapping(body, "metadata")
+def create_request(namespace: str, body: object, now: datetime) -> CreateRequest:
+    """Read a submitted Sandbox (read, or plain JSON values); ApiError 400/422 names the
+    field that is wrong."""
+    submitted = _read(body)
+    _check_type(submitted)
+    metadata = submitted.metadata
     check_namespace(namespace)
-    if metadata.get("namespace") not in (None, "", namespace):
+    if metadata.namespace not in (None, "", namespace):
         raise ApiError(
             400,
             "the namespace of the provided object does not match the namespace sent on "
-            f"the request ({metadata['namespace']!r} vs {namespace!r})",
+            f"the request ({metadata.namespace!r} vs {namespace!r})",
         )
-    spec = _mapping(body, "spec")
-    pod = _mapping(spec, "podTemplate", "spec.")
-    containers = _mapping(pod, "spec", "spec.podTemplate.").get("containers") or []
-    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+    pod = submitted.spec.podTemplate
+    first = _first_container(pod.spec)
+    _check_metadata(metadata, "metadata")
+    _check_metadata(pod.metadata, "spec.podTemplate.metadata")
+    key = PoolKey.of(first.image, _net(metadata, pod.metadata), pool_size(first))
+    return CreateRequest(namespace, _name(metadata), key, _ttl(submitted, now))
+
+
+def _read(body: object) -> SandboxObject:
+    if isinstance(body, SandboxObject):
+        return body
+    try:
+        return wire.decode(SandboxObject, body)
+    except wire.WireError as error:
+        if not error.field:
+            raise ApiError(400, "the request body must be a Sandbox object") from None
+        raise ApiError(400, str(error)) from None
+
+
+def _check_type(submitted: SandboxObject) -> None:
+    for field, given, expected in (
+        ("apiVersion", submitted.apiVersion, SANDBOXES.api_version),
+        ("kind", submitted.kind, SANDBOXES.kind),
+    ):
+        if given not in (None, "", expected):
+            raise ApiError(400, f"{field} {given!r} is not {expected!r}")
+
+
+def _first_container(pod: PodSpec) -> Container:
+    if not pod.containers:
         raise _invalid(
             "spec.podTemplate.spec.containers",
             "Required value: one container",
             "FieldValueRequired",
         )
-    first = containers[0]
-    image = first.get("image")
-    if not isinstance(image, str) or not image:
+    first = pod.containers[0]
+    if not first.image:
         raise _invalid(
             "spec.podTemplate.spec.containers[0].image",
             "Required value: the template to claim from",
             "FieldValueRequired",
         )
-    annotations = _annotations(metadata, "metadata")
-    pod_metadata = _mapping(pod, "metadata", "spec.podTemplate.")
-    pod_annotations = _annotations(pod_metadata, "spec.podTemplate.metadata")
-    _labels(metadata, "metadata")
-    _labels(pod_metadata, "spec.podTemplate.metadata")
-    net = annotations.get(ANNOTATION_NET) or pod_annotations.get(ANNOTATION_NET)
+    return first
+
+
+def _net(metadata: ObjectMeta, pod: ObjectMeta) -> str | None:
+    """The claim's net: the object's annotation, else the pod template's."""
+    net = metadata.annotations.get(ANNOTATION_NET) or pod.annotations.get(ANNOTATION_NET)
     if net and net not in NETS:
-        where = "metadata" if annotations.get(ANNOTATION_NET) else "spec.podTemplate.metadata"
+        where = (
+            "metadata" if metadata.annotations.get(ANNOTATION_NET) else "spec.podTemplate.metadata"
+        )
         raise _invalid(
             f"{where}.annotations[{ANNOTATION_NET}]",
             f"Unsupported value: {_shown(net)}: supported values: "
             + ", ".join(f'"{n}"' for n in NETS),
             "FieldValueNotSupported",
         )
-    key = PoolKey.of(image, net, pool_size(first))
-    return CreateRequest(namespace, _name(metadata), key, _ttl(spec, annotations, now))
+    return net
 
 
-def pool_size(container: dict[str, Any]) -> str:
+def pool_size(container: Container) -> str:
     """``small``, ``medium`` or ``large`` from a container's requests, else its limits."""
-    resources = container.get("resources") or {}
-    if not isinstance(resources, dict):
-        raise _invalid("spec.podTemplate.spec.containers[0].resources", "must be an object")
-    amounts = resources.get("requests") or resources.get("limits") or {}
-    if not isinstance(amounts, dict):
-        raise _invalid("spec.podTemplate.spec.containers[0].resources", "must map to amounts")
+    amounts = container.resources.requests or container.resources.limits
     cpu = _quantity(amounts.get("cpu"), "cpu")
     memory = _quantity(amounts.get("memory"), "memory")
     if cpu > LARGE_CPU or memory > LARGE_MEMORY:
@@ -170,49 +230,6 @@ def parse_quantity(text: str) -> Decimal:
         raise InvalidValueError(f"quantity {text!r} has a bad exponent") from error
 
 
-def created_object(
-    request: CreateRequest,
-    body: dict[str, Any],
-    granted: Assignment,
-    now: datetime,
-    resource_version: str,
-) -> dict[str, Any]:
-    """The submitted object as created: now, where it runs, Ready, and the version the
-    store gave the create (so a client can watch from it). No uid: no read carries one."""
-    obj = copy.deepcopy(body)
-    obj["apiVersion"], obj["kind"] = API_VERSION, KIND
-    metadata = dict(obj.get("metadata") or {})
-    metadata.pop("uid", None)
-    metadata.update(
-        name=request.name,
-        namespace=request.namespace,
-        resourceVersion=resource_version,
-        creationTimestamp=format_rfc3339(now),
-    )
-    metadata["labels"] = {**(metadata.get("labels") or {}), LABEL_NODE: granted.node}
-    annotations = dict(metadata.get("annotations") or {})
-    annotations[ANNOTATION_CLAIM_ID] = granted.claim_id
-    annotations[ANNOTATION_ADDRESS] = granted.address
-    if granted.deadline:
-        annotations[ANNOTATION_DEADLINE] = granted.deadline
-    metadata["annotations"] = annotations
-    obj["metadata"] = metadata
-    status: dict[str, Any] = {"nodeName": granted.node}
-    host = addr_host(granted.address)
-    if host:
-        status["podIPs"] = [{"ip": host}]
-    status["conditions"] = [
-        {
-            "type": CONDITION_READY,
-            "status": "True",
-            "reason": READY_ON_CREATE,
-            "message": f'claimed on node "{granted.node}" as {granted.claim_id}',
-        }
-    ]
-    obj["status"] = status
-    return obj
-
-
 def check_namespace(namespace: str) -> None:
     """422 unless ``namespace`` is an RFC 1123 label, as Kubernetes names namespaces."""
     if len(namespace) > _LABEL_MAX or not _LABEL.fullmatch(namespace):
@@ -233,10 +250,10 @@ def unknown_template(image: str) -> ApiError:
     )
 
 
-def _name(metadata: dict[str, Any]) -> str:
-    name = metadata.get("name")
+def _name(metadata: ObjectMeta) -> str:
+    name = metadata.name
     if not name:
-        prefix = metadata.get("generateName")
+        prefix = metadata.generateName
         if not prefix:
             raise _invalid(
                 "metadata.name",
@@ -256,20 +273,15 @@ def _name(metadata: dict[str, Any]) -> str:
     return name
 
 
-def _ttl(spec: dict[str, Any], annotations: dict[str, str], now: datetime) -> int:
-    shutdown = spec.get("shutdownTime")
-    if shutdown not in (None, ""):
-        if not isinstance(shutdown, str):
-            raise ApiError(400, "spec.shutdownTime must be an RFC 3339 time")
-        try:
-            at = parse_rfc3339(shutdown)
-        except InvalidValueError as error:
-            raise ApiError(400, f"spec.shutdownTime: {error}") from None
-        seconds = math.ceil((at - now).total_seconds())
+def _ttl(submitted: SandboxObject, now: datetime) -> int:
+    shutdown = submitted.spec.shutdownTime
+    if shutdown is not None:
+        seconds = math.ceil((shutdown - now).total_seconds())
         if seconds <= 0:
-            raise ApiError(400, f"spec.shutdownTime {shutdown} is not in the future")
+            at = format_rfc3339(shutdown)
+            raise ApiError(400, f"spec.shutdownTime {at} is not in the future")
         return seconds
-    text = annotations.get(ANNOTATION_TTL_SECONDS)
+    text = submitted.metadata.annotations.get(ANNOTATION_TTL_SECONDS)
     if text is None or text == "":
         return 0
     if not text.isascii() or not text.isdigit():
@@ -279,38 +291,18 @@ def _ttl(spec: dict[str, Any], annotations: dict[str, str], now: datetime) -> in
     return int(text)
 
 
-def _mapping(parent: dict[str, Any], field: str, path: str = "") -> dict[str, Any]:
-    value = parent.get(field)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ApiError(400, f"{path}{field} must be an object")
-    return value
-
-
-def _annotations(metadata: dict[str, Any], where: str) -> dict[str, str]:
-    annotations = metadata.get("annotations") or {}
-    if not isinstance(annotations, dict) or not all(
-        isinstance(v, str) for v in annotations.values()
-    ):
-        raise ApiError(400, f"{where}.annotations must map strings to strings")
-    for key in annotations:
+def _check_metadata(metadata: ObjectMeta, where: str) -> None:
+    """Labels and annotations, as Kubernetes checks them."""
+    for key in metadata.annotations:
         _qualified_key(key, f"{where}.annotations")
-    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in metadata.annotations.items())
     if size > ANNOTATIONS_MAX_BYTES:
         raise _invalid(
             f"{where}.annotations",
             f"Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes",
             "FieldValueTooLong",
         )
-    return annotations
-
-
-def _labels(metadata: dict[str, Any], where: str) -> None:
-    labels = metadata.get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise ApiError(400, f"{where}.labels must map strings to strings")
-    for key, value in labels.items():
+    for key, value in metadata.labels.items():
         _qualified_key(key, f"{where}.labels")
         if len(value) > _LABEL_MAX or not _LABEL_VALUE.fullmatch(value):
             raise _invalid(
@@ -344,11 +336,9 @@ def _shown(value: str) -> str:
     return json.dumps(text)
 
 
-def _quantity(value: object, resource: str) -> Decimal:
+def _quantity(value: Quantity | None, resource: str) -> Decimal:
     if value is None:
         return Decimal(0)
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise _invalid(f"resources {resource}", f"{value!r} is not a quantity")
     try:
         return parse_quantity(str(value))
     except InvalidValueError as error:
@@ -360,5 +350,5 @@ def _invalid(field: str, problem: str, reason: str = "FieldValueInvalid") -> Api
     return ApiError(
         422,
         f"Sandbox is invalid: {field}: {problem}",
-        details={"kind": PLURAL, "group": GROUP, "causes": [cause]},
+        details={"kind": SANDBOXES.plural, "group": SANDBOXES.group, "causes": [cause]},
     )

@@ -32,15 +32,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandboxctl.apiserver.auth import HEALTH_PATHS
-from sandboxctl.apiserver.discovery import GROUP, PLURAL, VERSION
 from sandboxctl.apiserver.status import status_body
+from sandboxctl.core.names import SANDBOXES
 from sandboxctl.kube.errors import KubeError, call
 
 USER_HEADERS: Final = ("x-remote-user",)
 GROUP_HEADERS: Final = ("x-remote-group",)
 EXTRA_PREFIX: Final = "x-remote-extra-"
 CACHE_TTL: Final = timedelta(seconds=10)
-_RESOURCE_PREFIX: Final = f"/apis/{GROUP}/{VERSION}/"
+_RESOURCE_PREFIX: Final = f"/apis/{SANDBOXES.group}/{SANDBOXES.version}/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +71,9 @@ class Attributes:
         else:
             spec.resource_attributes = client.V1ResourceAttributes(
                 verb=self.verb,
-                group=GROUP,
-                version=VERSION,
-                resource=PLURAL,
+                group=SANDBOXES.group,
+                version=SANDBOXES.version,
+                resource=SANDBOXES.plural,
                 subresource=self.subresource or None,
                 namespace=self.namespace or None,
                 name=self.name or None,
@@ -200,7 +200,7 @@ def _attributes(scope: Scope) -> Attributes:
     namespace = ""
     if len(parts) >= 2 and parts[0] == "namespaces":
         namespace, parts = parts[1], parts[2:]
-    if not parts or parts[0] != PLURAL:
+    if not parts or parts[0] != SANDBOXES.plural:
         return Attributes(verb="get", path=path)  # the group-version's discovery
     name = parts[1] if len(parts) > 1 else ""
     subresource = parts[2] if len(parts) > 2 else ""
@@ -223,12 +223,16 @@ def _forbidden(user: User, attrs: Attributes, reason: str) -> dict[str, object]:
         where = f' in the namespace "{attrs.namespace}"' if attrs.namespace else ""
         target = f' "{attrs.name}"' if attrs.name else ""
         message = (
-            f'{PLURAL}.{GROUP}{target} is forbidden: User "{user.name}" cannot {attrs.verb} '
-            f'resource "{PLURAL}" in API group "{GROUP}"{where}'
+            f'{SANDBOXES.qualified}{target} is forbidden: User "{user.name}" cannot '
+            f'{attrs.verb} resource "{SANDBOXES.plural}" in API group "{SANDBOXES.group}"{where}'
         )
     if reason:
         message += f": {reason}"
-    return status_body(403, message, details={"group": GROUP, "kind": PLURAL, "name": attrs.name})
+    return status_body(
+        403,
+        message,
+        details={"group": SANDBOXES.group, "kind": SANDBOXES.plural, "name": attrs.name},
+    )
 
 
 async def _answer(send: Send, body: dict[str, object]) -> None:

@@ -12,15 +12,11 @@ import sys
 from typing import Any, Final
 
 from sandboxctl import __version__
-from sandboxctl.core.sandboxes import API_VERSION, KIND
+from sandboxctl.core.names import SANDBOXES
 
-GROUP, _, VERSION = API_VERSION.partition("/")
-PLURAL: Final = "sandboxes"
-SINGULAR: Final = "sandbox"
-SHORT_NAMES: Final = ("sbx",)
-LIST_KIND: Final = KIND + "List"
+API_VERSION: Final = SANDBOXES.api_version
+GROUP, VERSION, KIND, PLURAL = SANDBOXES.group, SANDBOXES.version, SANDBOXES.kind, SANDBOXES.plural
 VERBS: Final = ("create", "delete", "get", "list", "watch")
-RESOURCE: Final = f"{PLURAL}.{GROUP}"  # how Status messages name the resource
 OPENAPI_V3_GROUP: Final = f"/openapi/v3/apis/{API_VERSION}"
 
 KUBE_MAJOR: Final = "1"
@@ -88,11 +84,11 @@ def sandbox_resources() -> dict[str, Any]:
     """``GET /apis/agents.x-k8s.io/v1beta1``: the one resource, sandboxes."""
     sandboxes = {
         "name": PLURAL,
-        "singularName": SINGULAR,
-        "namespaced": True,
+        "singularName": SANDBOXES.singular,
+        "namespaced": SANDBOXES.namespaced,
         "kind": KIND,
         "verbs": list(VERBS),
-        "shortNames": list(SHORT_NAMES),
+        "shortNames": list(SANDBOXES.short_names),
     }
     return resource_list(API_VERSION, [sandboxes])
 

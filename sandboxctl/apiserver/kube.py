@@ -29,27 +29,34 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from sandboxctl.apiserver import discovery, tables
 from sandboxctl.apiserver.auth import Authenticated, KubeTokens
-from sandboxctl.apiserver.creation import create_request, created_object, unknown_template
-from sandboxctl.apiserver.discovery import GROUP, LIST_KIND, PLURAL, RESOURCE, VERSION
-from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error, status_body
+from sandboxctl.apiserver.creation import SandboxObject, create_request, unknown_template
+from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.sandboxes import API_VERSION
+from sandboxctl.core.names import SANDBOXES
 from sandboxctl.core.watching import BOOKMARK, WatchEvent
-from sandboxctl.serving import BodyCap
+from sandboxctl.core.wire import Model
+from sandboxctl.serving.apps import (
+    JSON,
+    BodyCap,
+    answer,
+    blocking,
+    install_error_handlers,
+    json_app,
+    read_body,
+)
 from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.errors import Expired
 from sandboxctl.store.watch import Watch
@@ -58,11 +65,11 @@ log = logging.getLogger("sandboxctl.apiserver")
 
 T = TypeVar("T")
 
-PREFIX: Final = f"/apis/{GROUP}/{VERSION}"
+GROUP, VERSION, PLURAL = SANDBOXES.group, SANDBOXES.version, SANDBOXES.plural
+PREFIX: Final = f"/apis/{SANDBOXES.api_version}"
 DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # seconds, when a watch names no timeoutSeconds
 BOOKMARK_SECONDS: Final = 30.0  # between the bookmarks of a watch that allows them
 MATCHES: Final = frozenset({"", "NotOlderThan", "Exact"})
-JSON: Final = "application/json"
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 MAX_BODY_BYTES: Final = 3 << 20  # a Kubernetes API server's default cap
@@ -84,7 +91,7 @@ def create_kube_app(
     """
     if watch_interval <= 0:
         raise ValueError("watch_interval must be positive")
-    app = FastAPI(title="sandboxctl apiserver", docs_url=None, redoc_url=None, openapi_url=None)
+    app = json_app("sandboxctl apiserver")
     watching = _Watching(watch_interval, bookmark_interval, stopping)
 
     # --- health (no token needed) -------------------------------------------------------
@@ -153,15 +160,17 @@ def create_kube_app(
             raise _not_found(name)
         obj = store.object_of(located)
         if tables.wants_table(request.headers.get("accept", "")):
-            return _json(tables.table([obj], store.now()))
-        return _json(obj)
+            return answer(tables.table([obj], store.now()))
+        return answer(obj)
 
     @app.post(PREFIX + "/namespaces/{namespace}/" + PLURAL)
     async def create(request: Request, namespace: str) -> Response:
+        """A claim; the answer is the sandbox as the next read shows it."""
         _refuse_dry_run(request.query_params.getlist("dryRun"))
-        body = await _body(request)
-        now = store.now()
-        wanted = create_request(namespace, body, now)
+        body = await read_body(
+            request, SandboxObject, media_type=_json_only, max_depth=MAX_BODY_DEPTH
+        )
+        wanted = create_request(namespace, body, store.now())
         if not await _call(store.has_template, wanted.key.template):
             raise unknown_template(wanted.key.template)
         granted = await _call(
@@ -172,35 +181,38 @@ def create_kube_app(
             wanted.ttl_seconds,
             details=_details(wanted.name),
         )
-        version = store.version_of(wanted.namespace, wanted.name)
-        obj = created_object(wanted, body, granted, now, version)
-        return _json(obj, status=201)
+        return answer(store.object_of(granted.located), status=201)
 
     @app.delete(PREFIX + "/namespaces/{namespace}/" + PLURAL + "/{name}")
     async def delete(request: Request, namespace: str, name: str) -> Response:
         _refuse_dry_run(request.query_params.getlist("dryRun"))
-        options = await _body(request, required=False)  # DeleteOptions: only dryRun is read
+        options = await read_body(
+            request, DeleteOptions, required=False, media_type=_json_only, max_depth=MAX_BODY_DEPTH
+        )
         if options is not None:
-            if not isinstance(options, dict):
-                raise ApiError(400, "the request body must be a DeleteOptions object")
-            _refuse_dry_run(options.get("dryRun") or [])
+            _refuse_dry_run(options.dryRun)
         located = await _call(store.locate, namespace, name, details=_details(name))
         if located is None:
             raise _not_found(name)
         obj = store.object_of(located)
         await _call(store.release, located, details=_details(name))
-        return _json(obj)
+        return answer(obj)
 
-    _install_error_handlers(app)
+    install_error_handlers(app, translate=_answer, unmatched=_unmatched)
     app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
     if tokens is not None:  # None: authenticated outside it (delegated, behind aggregation)
         app.add_middleware(Authenticated, tokens=tokens)  # outermost: before any body is read
     return app
 
 
-def _too_large(limit: int) -> bytes:
-    body = status_body(413, f"the request body is over {limit} bytes")
-    return json.dumps(body, separators=(",", ":")).encode()
+class DeleteOptions(Model, frozen=True):
+    """What a delete reads of its ``DeleteOptions`` body: only ``dryRun``."""
+
+    dryRun: Any = None
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"the request body is over {limit} bytes")
 
 
 # --- list and watch ----------------------------------------------------------------------
@@ -216,6 +228,7 @@ class _Watching:
 async def _read_collection(
     store: SandboxStore, request: Request, namespace: str | None, watching: _Watching
 ) -> Response:
+    """A list, or a watch (``watch=true``), of the sandboxes a query selects."""
     params = request.query_params
     try:
         query = Query.parse(
@@ -229,25 +242,47 @@ async def _read_collection(
         raise _invalid("resourceVersionMatch", match, "expected NotOlderThan or Exact")
     as_table = tables.wants_table(request.headers.get("accept", ""))
     if _flag(params.get("watch"), "watch"):  # a watch list sends NotOlderThan with no version
-        timeout = _non_negative_int(params.get("timeoutSeconds"), "timeoutSeconds")
-        watch = store.watch(
-            query,
-            version or None,  # "0" is "any version": start from the current state
-            _flag(params.get("sendInitialEvents"), "sendInitialEvents"),
-        )
-        bookmarks = _flag(params.get("allowWatchBookmarks"), "allowWatchBookmarks")
-        try:
-            opening = await _call(watch.open)
-        except ApiError as error:
-            if error.code != 410:
-                raise
-            return StreamingResponse(_expired_stream(error), media_type=JSON)
-        events = _watch_stream(
-            store, watch, opening, as_table, timeout or DEFAULT_WATCH_TIMEOUT, bookmarks, watching
-        )
-        return StreamingResponse(events, media_type=JSON)
+        return await _watch(store, params, query, version, as_table, watching)
     if match and version is None:
         raise _invalid("resourceVersionMatch", match, "needs a resourceVersion")
+    return await _list(store, params, query, version, match, as_table)
+
+
+async def _watch(
+    store: SandboxStore,
+    params: Mapping[str, str],
+    query: Query,
+    version: int | None,
+    as_table: bool,
+    watching: _Watching,
+) -> Response:
+    timeout = _non_negative_int(params.get("timeoutSeconds"), "timeoutSeconds")
+    watch = store.watch(
+        query,
+        version or None,  # "0" is "any version": start from the current state
+        _flag(params.get("sendInitialEvents"), "sendInitialEvents"),
+    )
+    bookmarks = _flag(params.get("allowWatchBookmarks"), "allowWatchBookmarks")
+    try:
+        opening = await _call(watch.open)
+    except ApiError as error:
+        if error.code != 410:
+            raise
+        return StreamingResponse(_expired_stream(error), media_type=JSON)
+    events = _watch_stream(
+        store, watch, opening, as_table, timeout or DEFAULT_WATCH_TIMEOUT, bookmarks, watching
+    )
+    return StreamingResponse(events, media_type=JSON)
+
+
+async def _list(
+    store: SandboxStore,
+    params: Mapping[str, str],
+    query: Query,
+    version: int | None,
+    match: str,
+    as_table: bool,
+) -> Response:
     limit = _non_negative_int(params.get("limit"), "limit")
     token = params.get("continue") or None
     if token and version:
@@ -264,9 +299,14 @@ async def _read_collection(
     if as_table:
         body = tables.table(page.items, store.now(), str(page.version))
         body["metadata"] = metadata
-        return _json(body)
-    return _json(
-        {"apiVersion": API_VERSION, "kind": LIST_KIND, "metadata": metadata, "items": page.items}
+        return answer(body)
+    return answer(
+        {
+            "apiVersion": SANDBOXES.api_version,
+            "kind": SANDBOXES.list_kind,
+            "metadata": metadata,
+            "items": page.items,
+        }
     )
 
 
@@ -362,60 +402,12 @@ def _invalid(field: str, value: str, why: str) -> ApiError:
 
 async def _call(fn: Callable[..., T], *args: Any, details: dict[str, Any] | None = None) -> T:
     """Run a blocking store call on the thread pool; its errors become Status errors."""
-    try:
-        return await run_in_threadpool(fn, *args)
-    except ApiError:
-        raise
-    except Exception as error:
-        translated = api_error(error, details)
-        if translated.code == 500:
-            log.exception("unexpected error serving a sandbox request")
-        raise translated from error
+    return await blocking(fn, *args, translate=lambda error: api_error(error, details))
 
 
-async def _body(request: Request, required: bool = True) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        if required:
-            raise ApiError(400, "the request has no body")
-        return None
-    content_type = request.headers.get("content-type", JSON).split(";")[0].strip().lower()
-    if content_type not in (JSON, "*/*", ""):
-        raise ApiError(415, f"unsupported media type {content_type!r}: send {JSON}")
-    try:
-        body = json.loads(raw, parse_constant=_not_json)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, f"the request body is not JSON: {error}") from None
-    except RecursionError:
-        raise _too_deep() from None
-    if _deeper_than(body, MAX_BODY_DEPTH):  # copying or answering it would recurse too far
-        raise _too_deep()
-    return body
-
-
-def _not_json(constant: str) -> None:
-    """NaN and Infinity: Python's reader takes them, JSON and every answer do not."""
-    raise ValueError(f"{constant} is not a JSON value")
-
-
-def _too_deep() -> ApiError:
-    return ApiError(400, f"the request body nests deeper than {MAX_BODY_DEPTH} levels")
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest deeper than ``limit`` in ``value`` (no recursion)."""
-    if not isinstance(value, dict | list):
-        return False
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth >= limit:
-                    return True
-                pending.append((child, depth + 1))
-    return False
+def _json_only(media_type: str) -> None:
+    if media_type not in (JSON, "*/*", ""):
+        raise ApiError(415, f"unsupported media type {media_type!r}: send {JSON}")
 
 
 def _refuse_dry_run(values: object) -> None:
@@ -446,37 +438,18 @@ def _details(name: str) -> dict[str, Any]:
 
 
 def _not_found(name: str) -> ApiError:
-    return ApiError(404, f'{RESOURCE} "{name}" not found', details=_details(name))
+    return ApiError(404, f'{SANDBOXES.qualified} "{name}" not found', details=_details(name))
 
 
-def _json(body: dict[str, Any], status: int = 200) -> JSONResponse:
-    return JSONResponse(body, status_code=status)
+def _answer(_: Request, error: Exception) -> ApiError:
+    if isinstance(error, RequestValidationError):
+        return ApiError(400, f"invalid request: {error}")
+    return api_error(error)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    async def api_failure(_: Request, error: Exception) -> Response:
-        assert isinstance(error, ApiError)
-        return _json(error.body(), status=error.code)
-
-    async def http_failure(_: Request, error: Exception) -> Response:
-        assert isinstance(error, StarletteHTTPException)
-        if error.status_code == 404:
-            message = NOT_FOUND_PATH
-        elif error.status_code == 405:
-            message = "the server does not allow this method on the requested resource"
-        else:
-            message = str(error.detail)
-        return _json(status_body(error.status_code, message), status=error.status_code)
-
-    async def invalid_request(_: Request, error: Exception) -> Response:
-        return _json(status_body(400, f"invalid request: {error}"), status=400)
-
-    async def unexpected(_: Request, error: Exception) -> Response:
-        # Starlette logs the traceback after this answer is sent.
-        body = status_body(500, f"internal error: {type(error).__name__}: {error}")
-        return _json(body, status=500)
-
-    app.add_exception_handler(ApiError, api_failure)
-    app.add_exception_handler(StarletteHTTPException, http_failure)
-    app.add_exception_handler(RequestValidationError, invalid_request)
-    app.add_exception_handler(Exception, unexpected)
+def _unmatched(status: int, detail: str) -> ApiError:
+    if status == 404:
+        return ApiError(404, NOT_FOUND_PATH)
+    if status == 405:
+        return ApiError(405, "the server does not allow this method on the requested resource")
+    return ApiError(status, detail)

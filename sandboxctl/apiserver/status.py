@@ -12,6 +12,8 @@ import logging
 from typing import Any, Final
 
 from sandboxctl.apiserver.errors import status_of
+from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.serving.apps import HttpError, refusal
 from sandboxctl.store.errors import Expired, NodeRefused, NodeUnavailable
 
 log = logging.getLogger("sandboxctl.apiserver")
@@ -37,7 +39,7 @@ REASONS: Final = {
 }
 
 
-class ApiError(Exception):
+class ApiError(HttpError):
     """An error answered as a Status: ``code``, ``reason``, ``message`` and ``details``."""
 
     def __init__(
@@ -47,11 +49,10 @@ class ApiError(Exception):
         reason: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(code, message)
         self.code = code
-        self.message = message
         self.reason = reason or reason_for(code)
         self.details = details or {}
-        super().__init__(message)
 
     def body(self) -> dict[str, Any]:
         return status_body(self.code, self.message, self.reason, self.details)
@@ -97,4 +98,6 @@ def api_error(error: Exception, details: dict[str, Any] | None = None) -> ApiErr
     if code == 500:
         log.error("unexpected error serving a Sandbox API request", exc_info=error)
         return ApiError(code, f"internal error: {type(error).__name__}", details=details)
+    if isinstance(error, InvalidValueError):
+        return ApiError(code, refusal(error), details=details)
     return ApiError(code, str(error) or type(error).__name__, details=details)

@@ -37,10 +37,19 @@ from typing import Any
 from kubernetes import client
 
 from sandboxctl.agentapi import AgentApiError, AgentClient, AgentInfo, PoolTarget
-from sandboxctl.apiserver.creation import ANNOTATION_NET, pool_size
+from sandboxctl.apiserver.creation import ANNOTATION_NET, PodTemplate, pool_size
 from sandboxctl.apiserver.status import ApiError
+from sandboxctl.core import wire
+from sandboxctl.core.leases import (
+    LEASE_DURATION,
+    REJOIN_AFTER,
+    RENEW_DEADLINE,
+    RETRY_PERIOD,
+    WARM_POOL_SYNC_INTERVAL,
+)
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.warmpools import WarmPoolSpec, pool_status, spread
+from sandboxctl.core.wire import Model
 from sandboxctl.kube import (
     SANDBOX_TEMPLATES,
     SANDBOX_WARM_POOLS,
@@ -49,12 +58,10 @@ from sandboxctl.kube import (
     KubeError,
     LeaderElector,
 )
-from sandboxctl.kube.lease import LEASE_DURATION, REJOIN_AFTER, RENEW_DEADLINE, RETRY_PERIOD
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger(__name__)
 
-SYNC_INTERVAL = timedelta(seconds=5)
 LEASE_NAME = "sandboxctl-warm-pool-driver"
 DEFAULT_NAMESPACE = "sandbox-system"
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -85,7 +92,7 @@ class WarmPoolDriver:
         store: SandboxStore,
         token: str | None,
         *,
-        interval: timedelta = SYNC_INTERVAL,
+        interval: timedelta = WARM_POOL_SYNC_INTERVAL,
         agent_factory: Callable[[str], AgentClient] | None = None,
     ) -> None:
         self._api = api
@@ -199,7 +206,7 @@ class WarmPoolDriver:
     ) -> AgentInfo | None:
         try:
             with self._agent_factory(address) as agent:
-                return agent.set_pools([PoolTarget(key, count) for key, count in wanted])
+                return agent.set_pools([PoolTarget.of(key, count) for key, count in wanted])
         except AgentApiError as error:
             log.warning("warm-pool driver: PUT /v1/pools to node %s failed: %s", node, error)
             return None
@@ -266,17 +273,28 @@ class DriverElection:
         self.elector.stop()
 
 
+class _TemplateSpec(Model, frozen=True):
+    podTemplate: PodTemplate = PodTemplate()
+
+
+class _Template(Model, frozen=True):
+    """What the driver reads of a SandboxTemplate: its pod template, as a create's."""
+
+    spec: _TemplateSpec = _TemplateSpec()
+
+
 def _template_key(template: dict[str, Any]) -> PoolKey | None:
-    pod = ((template.get("spec") or {}).get("podTemplate")) or {}
-    containers = (pod.get("spec") or {}).get("containers") or []
-    if not containers or not isinstance(containers[0], dict) or not containers[0].get("image"):
-        return None
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    """The pool a template's pods claim from, by the rule a create follows; None when
+    it names no image or cannot be read."""
     try:
-        size = pool_size(containers[0])
-    except ApiError:
+        pod = wire.decode(_Template, template).spec.podTemplate
+        size = pool_size(pod.spec.containers[0]) if pod.spec.containers else ""
+    except (wire.WireError, ApiError):
         return None
-    return PoolKey.of(str(containers[0]["image"]), annotations.get(ANNOTATION_NET), size)
+    if not size or not pod.spec.containers[0].image:
+        return None
+    net = pod.metadata.annotations.get(ANNOTATION_NET)
+    return PoolKey.of(pod.spec.containers[0].image, net, size)
 
 
 def _key_of(obj: dict[str, Any]) -> tuple[str, str]:

@@ -9,28 +9,25 @@ enough to reach a public guest port. envd, the e2b data plane of each sandbox
 root-or-sandbox auth, outside the body cap. Without a root token (development mode) nothing is
 checked, and the CLI only allows a loopback listen address.
 
-Every request body and answer is a model of ``sandboxctl.agentapi``, the contract the
+Every request body and answer is a shape of ``sandboxctl.agentapi``, the contract the
 client reads with: bodies are read strictly (a bad field is a 400 naming it), answers are
-written by the models' ``to_json``.
+written by ``core.wire``; the scaffolding is ``serving.apps``, as the API servers'.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse
+from msgspec import UNSET
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandboxctl.agentapi.errors import AgentAnswerError
 from sandboxctl.agentapi.models import (
     ClaimGrant,
     ClaimRequest,
@@ -59,19 +56,33 @@ from sandboxctl.sandboxd.guestports import GuestPorts
 from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
-from sandboxctl.serving import BodyCap
+from sandboxctl.serving.apps import (
+    BodyCap,
+    HttpError,
+    answer,
+    body,
+    install_error_handlers,
+    json_app,
+    no_content,
+    refusal,
+)
 
 MAX_BODY_BYTES = 1 << 20
 RUNTIME_FAILED = "the sandbox runtime failed on this node (its log says why)"
 ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
 
-Body = TypeVar("Body", ClaimRequest, RenewRequest, PoolsUpdate, NetworkUpdate)
+
+class AgentAnswer(HttpError):
+    """An error as the agent answers it: ``{"error": message}``."""
+
+    def body(self) -> object:
+        return {"error": self.message}
 
 
 def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     metrics = AgentMetrics(agent.info, agent.usage)
-    app = FastAPI(title="sandboxd", docs_url=None, redoc_url=None, openapi_url=None)
+    app = json_app("sandboxd")
     app.state.metrics = metrics
 
     async def root(request: Request) -> None:
@@ -98,20 +109,19 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     as_root_or_sandbox = [Depends(root_or_sandbox)]
 
     @app.get("/v1/info", dependencies=as_root)
-    def info() -> dict[str, Any]:
-        return agent.info().to_json()
+    def info() -> Response:
+        return answer(agent.info())
 
     @app.get("/v1/sandboxes", dependencies=as_root)
-    def list_sandboxes(claim_ref: str | None = None) -> dict[str, Any]:
-        rows = tuple(sandbox_row(r) for r in agent.sandboxes(claim_ref))
-        return SandboxList(rows).to_json()
+    def list_sandboxes(claim_ref: str | None = None) -> Response:
+        return answer(SandboxList(tuple(sandbox_row(r) for r in agent.sandboxes(claim_ref))))
 
     @app.get("/v1/sandboxes/{sandbox_id}", dependencies=as_root)
-    def get_sandbox(sandbox_id: str) -> dict[str, Any]:
-        return sandbox_row(agent.get(sandbox_id), with_token=True).to_json()
+    def get_sandbox(sandbox_id: str) -> Response:
+        return answer(sandbox_row(agent.get(sandbox_id), with_token=True))
 
     @app.post("/v1/claim", dependencies=as_root)
-    def claim(request: ClaimBody) -> dict[str, Any]:
+    def claim(request: ClaimBody) -> Response:
         record = agent.claim(request)
         grant = ClaimGrant(
             id=record.id,
@@ -120,70 +130,74 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
             owner_addr=agent.settings.advertise_addr,
             sandbox=sandbox_row(record),  # so the caller can show it before the next publish
         )
-        return grant.to_json()
+        return answer(grant)
 
     @app.post(
         "/v1/sandboxes/{sandbox_id}/release", status_code=204, dependencies=as_root_or_sandbox
     )
     def release(sandbox_id: str) -> Response:
         agent.release(sandbox_id)
-        return Response(status_code=204)
+        return no_content()
 
     @app.post("/v1/sandboxes/{sandbox_id}/renew", dependencies=as_root_or_sandbox)
-    def renew(sandbox_id: str, request: RenewBody) -> dict[str, Any]:
-        record = agent.renew(sandbox_id, request.ttl_seconds, request.on_expire)
-        return RenewAnswer(_time(record.deadline)).to_json()
+    def renew(sandbox_id: str, request: RenewBody) -> Response:
+        record = agent.renew(sandbox_id, request.ttl_seconds, request.on_expire or None)
+        return answer(RenewAnswer(_time(record.deadline)))
 
     @app.post(
         "/v1/sandboxes/{sandbox_id}/hibernate", status_code=204, dependencies=as_root_or_sandbox
     )
     def hibernate(sandbox_id: str) -> Response:
         agent.hibernate(sandbox_id)
-        return Response(status_code=204)
+        return no_content()
 
     @app.post("/v1/sandboxes/{sandbox_id}/wake", status_code=204, dependencies=as_root_or_sandbox)
     def wake(sandbox_id: str) -> Response:
         agent.wake(sandbox_id)
-        return Response(status_code=204)
+        return no_content()
 
     @app.get("/v1/sandboxes/{sandbox_id}/metrics", dependencies=as_root)
     def sandbox_usage(
         sandbox_id: str, start: float | None = None, end: float | None = None, latest: bool = False
-    ) -> dict[str, Any]:
+    ) -> Response:
         agent.get(sandbox_id)  # 404 for an unknown or released sandbox
         samples = agent.usage.samples(sandbox_id, start, end)
-        return UsageSamples(tuple(samples[-1:] if latest else samples)).to_json()
+        return answer(UsageSamples(tuple(samples[-1:] if latest else samples)))
 
     @app.get("/v1/sandboxes/{sandbox_id}/logs", dependencies=as_root)
-    def sandbox_log(sandbox_id: str) -> dict[str, Any]:
+    def sandbox_log(sandbox_id: str) -> Response:
         found = agent.events.events(sandbox_id)
         if found is None:
             raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
         claim_ref, events = found
-        return SandboxLog(claim_ref, tuple(events)).to_json()
+        return answer(SandboxLog(claim_ref=claim_ref, events=tuple(events)))
 
     @app.put("/v1/sandboxes/{sandbox_id}/network", status_code=204, dependencies=as_root)
     def set_network(sandbox_id: str, update: NetworkBody) -> Response:
         agent.set_network(sandbox_id, update)
-        return Response(status_code=204)
+        return no_content()
 
     @app.put("/v1/pools", dependencies=as_root)
-    def put_pools(update: PoolsBody) -> dict[str, Any]:
+    def put_pools(update: PoolsBody) -> Response:
         targets: dict[PoolKey, int] = {}
         for pool in update.pools:
             targets[pool.key] = targets.get(pool.key, 0) + pool.warm
         agent.set_pools(targets)
-        return agent.info().to_json()
+        return answer(agent.info())
 
     @app.get("/healthz", status_code=204)
     def healthz() -> Response:
-        return Response(status_code=204)  # open: it says only that the agent answers
+        return no_content()  # open: it says only that the agent answers
 
     @app.get("/metrics", dependencies=as_root)
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    _install_error_handlers(app)
+    install_error_handlers(
+        app,
+        translate=_answer,
+        unmatched=lambda status, detail: AgentAnswer(status, detail.lower()),
+    )
     app.add_middleware(Counting, metrics=metrics)
     # envd streams large bodies both ways: it bypasses the body cap and the middleware
     envd = create_envd_app(AgentSandboxes(agent), may_act_on)
@@ -196,6 +210,7 @@ def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
     # Never the claim's env: its values may be secrets, and every reader of the fleet
     # (the mesh inventory, the API servers) reads these rows.
     limits = SIZE_LIMITS[Size(record.size)]
+    networked = bool(record.address)  # an agent without networks gives no address
     return SandboxRow(
         id=record.id,
         key=record.key,
@@ -206,45 +221,27 @@ def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
         metadata=record.metadata,
         cpu_count=limits.cpu_count,
         mem_total_bytes=limits.memory_bytes,
-        token=record.token if with_token else None,
-        network=record.network if record.address else None,
-        address=record.address,
+        token=record.token if with_token else UNSET,
+        network=record.network if networked else UNSET,
+        address=record.address if networked else UNSET,
     )
 
 
-def body_of(model: type[Body]) -> Callable[[Request], Awaitable[Body]]:
-    """A dependency that reads a request body into ``model``: JSON only, a bad field a
-    400 naming it (the models read request bodies strictly)."""
-
-    async def read(request: Request) -> Body:
-        raw = await request.body()
-        if not raw:
-            raise BadRequest("a JSON object body is required")
-        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if media_type and not (media_type.endswith("/json") or media_type.endswith("+json")):
-            raise BadRequest("the body must be JSON (Content-Type: application/json)")
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise BadRequest("request body is not valid JSON") from None
-        if not isinstance(value, dict):
-            raise BadRequest("a JSON object body is required")
-        try:
-            return model.from_json(value)
-        except AgentAnswerError as error:
-            raise BadRequest(str(error)) from None
-
-    return read
+def _json_only(media_type: str) -> None:
+    if media_type and not (media_type.endswith("/json") or media_type.endswith("+json")):
+        raise BadRequest("the body must be JSON (Content-Type: application/json)")
 
 
-# Route parameters: the request body, read into its model before the route runs.
-ClaimBody = Annotated[ClaimRequest, Depends(body_of(ClaimRequest))]
-RenewBody = Annotated[RenewRequest, Depends(body_of(RenewRequest))]
-PoolsBody = Annotated[PoolsUpdate, Depends(body_of(PoolsUpdate))]
-NetworkBody = Annotated[NetworkUpdate, Depends(body_of(NetworkUpdate))]
+# Route parameters: the request body, read into its model before the route runs (JSON
+# only; a bad field a 400 naming it: the models read request bodies strictly).
+ClaimBody = Annotated[ClaimRequest, Depends(body(ClaimRequest, media_type=_json_only))]
+RenewBody = Annotated[RenewRequest, Depends(body(RenewRequest, media_type=_json_only))]
+PoolsBody = Annotated[PoolsUpdate, Depends(body(PoolsUpdate, media_type=_json_only))]
+NetworkBody = Annotated[NetworkUpdate, Depends(body(NetworkUpdate, media_type=_json_only))]
 
 
 def _time(timestamp: float | None) -> datetime | None:
+    """A record's unix seconds as the one time type of every shape."""
     return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
 
 
@@ -255,10 +252,6 @@ def _bearer(request: Request) -> str:
 
 def _matches(offered: str, expected: str) -> bool:
     return bool(offered) and hmac.compare_digest(offered.encode(), expected.encode())
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def status_of(error: Exception) -> int:
@@ -274,32 +267,22 @@ def status_of(error: Exception) -> int:
     return 500
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    async def refused(request: Request, error: Exception) -> JSONResponse:
-        if isinstance(error, RuntimeFailure):
-            # Its text names host paths and pids: the operator's log has it, a client
-            # (whose tenant may be anyone's) gets what failed, not where.
-            log.error("%s %s: %s", request.method, request.url.path, error)
-            return _error(503, RUNTIME_FAILED)
-        return _error(status_of(error), str(error))
-
-    # Per class: Starlette hands an Exception handler's errors on to the server, which
-    # logs a traceback; ours are answers, not crashes.
-    for kind in (AgentRefusal, RuntimeFailure, InvalidValueError):
-        app.add_exception_handler(kind, refused)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return _error(500, f"internal error: {type(error).__name__}")
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        return _error(400, _validation_message(error.errors()))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        return _error(error.status_code, str(error.detail).lower())
+def _answer(request: Request, error: Exception) -> HttpError:
+    """Any error as the agent answers it; a runtime failure and a bug are logged."""
+    if isinstance(error, RuntimeFailure):
+        # Its text names host paths and pids: the operator's log has it, a client
+        # (whose tenant may be anyone's) gets what failed, not where.
+        log.error("%s %s: %s", request.method, request.url.path, error)
+        return AgentAnswer(503, RUNTIME_FAILED)
+    if isinstance(error, RequestValidationError):
+        return AgentAnswer(400, _validation_message(error.errors()))
+    status = status_of(error)
+    if status == 500:
+        log.error("unexpected error", exc_info=error)
+        return AgentAnswer(500, f"internal error: {type(error).__name__}")
+    if isinstance(error, InvalidValueError):
+        return AgentAnswer(status, refusal(error))
+    return AgentAnswer(status, str(error))
 
 
 def _validation_message(errors: Any) -> str:
@@ -380,5 +363,5 @@ class BodyLimit:
         await self._capped(scope, receive, send)
 
 
-def _too_large(limit: int) -> bytes:
-    return json.dumps({"error": f"request body over {limit} bytes"}).encode()
+def _too_large(limit: int) -> HttpError:
+    return AgentAnswer(413, f"request body over {limit} bytes")

@@ -16,13 +16,13 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import uvicorn
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.serving.bounds import (
@@ -280,67 +280,3 @@ class _PeerCertProtocol(BoundedH11):
 def _address(sock: socket.socket) -> tuple[str, int]:
     host, port = sock.getsockname()[:2]
     return str(host), int(port)
-
-
-class BodyCap:
-    """ASGI middleware: read a request's body up to ``limit`` bytes before the app runs,
-    and answer ``refuse(limit)`` (a JSON body) with 413 past it, announced or streamed.
-
-    The app then gets the whole body at once, so a client that hangs up while sending
-    it costs one log line here instead of a traceback in a route. Only for apps whose
-    bodies are small JSON documents: it buffers what it lets through.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int, refuse: Callable[[int], bytes]) -> None:
-        self.app = app
-        self.limit = limit
-        self.refuse = refuse
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await self._too_large(send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                log.info(
-                    "%s %s: the client hung up while sending its body",
-                    scope["method"],
-                    scope["path"],
-                )
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send: Send) -> None:
-        payload = self.refuse(self.limit)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(payload)),
-            (b"connection", b"close"),  # the rest of the body is not read
-        ]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from sandboxctl.apiserver.creation import create_request, created_object, parse_quantity
+from sandboxctl.apiserver.creation import create_request, parse_quantity
 from sandboxctl.apiserver.kubeconfig import server_url, write_kubeconfig
 from sandboxctl.apiserver.status import ApiError, api_error
 from sandboxctl.apiserver.tables import human_duration, wants_table
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.placement import NoWarmCapacity
-from sandboxctl.store import Assignment
 from sandboxctl.store.errors import ClaimRoutingOff, NodeRefused, NodeUnavailable, NotFound
 
 NOW = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -119,25 +118,6 @@ def test_generate_name_gets_a_random_suffix() -> None:
     assert first.startswith("job-")
     assert len(first) == len("job-") + 5
     assert first != second
-
-
-def test_the_created_object_says_where_the_claim_landed() -> None:
-    request = create_request("d", sandbox(), NOW)
-    granted = Assignment("sb_1", "n1", "10.0.0.1:7777", "secret", "2026-11-30T04:05:00Z")
-    obj = created_object(request, sandbox(), granted, NOW, "41")
-    assert (obj["apiVersion"], obj["kind"]) == ("agents.x-k8s.io/v1beta1", "Sandbox")
-    meta = obj["metadata"]
-    assert (meta["resourceVersion"], meta["creationTimestamp"]) == ("41", "2026-11-30T04:00:00Z")
-    assert "uid" not in meta
-    assert meta["annotations"] == {
-        "sandbox.cocoonstack.io/claim-id": "sb_1",
-        "sandbox.cocoonstack.io/address": "10.0.0.1:7777",
-        "sandbox.cocoonstack.io/deadline": "2026-11-30T04:05:00Z",
-    }
-    assert "secret" not in str(obj)  # the claim token never leaves the server
-    assert obj["status"]["nodeName"] == "n1"
-    assert obj["status"]["podIPs"] == [{"ip": "10.0.0.1"}]
-    assert obj["status"]["conditions"][0]["reason"] == "DependenciesReady"
 
 
 # --- Table ----------------------------------------------------------------------------------

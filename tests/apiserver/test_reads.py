@@ -216,6 +216,19 @@ def version_of(event: dict[str, Any]) -> int:
 
 
 @needs_kubectl
+def test_a_create_answers_the_object_the_next_get_and_list_show(stack: Stack) -> None:
+    created = stack.create("same")
+    got = stack.http.get(f"{COLLECTION}/same")
+    assert got.status_code == 200, got.text
+    assert created == got.json()  # one function makes both: resourceVersion included
+    listed = stack.http.get(COLLECTION).json()["items"]
+    assert [item for item in listed if item["metadata"]["name"] == "same"] == [created]
+    assert "spec" not in created  # what the store shows, not the submitted object
+    claim_id = created["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"]
+    assert created["status"]["nodeName"] in stack.fleet.agents
+    assert claim_id.startswith("sb_")
+
+
 def test_kubectl_watch_only_prints_only_sandboxes_created_after_it(stack: Stack) -> None:
     stack.create("before")
     watching = ("get", "sandboxes", "-w", "--watch-only", "--output-watch-events", "-v=6")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from sandboxctl.agentapi import AgentClient, AgentError, ClaimRequest, PoolTarget
+from sandboxctl.core import wire
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.host import Command
 from sandboxctl.sandboxd import entering
@@ -43,7 +44,7 @@ def _requests(client: AgentClient, route: str, method: str, status: int) -> floa
 
 
 def test_info_lists_pools_counts_and_capacity(client: AgentClient) -> None:
-    info = client.info().to_json()
+    info = wire.plain(client.info())
     assert info["node"] == "n1"
     assert info["advertise_addr"] == "127.0.0.1:7777"
     assert info["pools"] == [
@@ -59,14 +60,14 @@ def test_claim_list_get_release(client: AgentClient) -> None:
     claimed = client.claim(
         ClaimRequest("base", claim_ref="team/a", metadata={"owner": "x"}, ttl_seconds=120)
     )
-    assert set(claimed.to_json()) == {"id", "token", "deadline", "owner_addr", "sandbox"}
+    assert set(wire.plain(claimed)) == {"id", "token", "deadline", "owner_addr", "sandbox"}
     assert claimed.owner_addr == "127.0.0.1:7777"
     client.claim(ClaimRequest("base", claim_ref="team/b"))
 
     rows = client.sandboxes(claim_ref="team/a")
     assert [r.id for r in rows] == [claimed.id]
     assert claimed.sandbox == rows[0]  # the grant carries the row the list shows
-    row = rows[0].to_json()
+    row = wire.plain(rows[0])
     assert row["key"] == {"template": "base", "net": "none", "size": "small"}
     assert row["metadata"] == {"owner": "x"}
     assert rows[0].deadline == claimed.deadline
@@ -98,8 +99,8 @@ def test_a_claims_env_is_stored_and_never_listed(
         assert response.status_code == 200
         assert secret not in response.text
         assert "API_KEY" not in response.text
-    assert "env" not in client.get(claimed.id).to_json()
-    assert ["env" in row.to_json() for row in client.sandboxes()] == [False]
+    assert "env" not in wire.plain(client.get(claimed.id))
+    assert ["env" in wire.plain(row) for row in client.sandboxes()] == [False]
 
 
 def test_renew_hibernate_and_wake_with_the_sandbox_token(address: str, client: AgentClient) -> None:
@@ -243,10 +244,10 @@ def test_a_streamed_body_over_the_cap_is_413(address: str) -> None:
 
 
 def test_put_pools_replaces_the_set(client: AgentClient) -> None:
-    info = client.set_pools([PoolTarget(PoolKey("base", size="medium"), 1)])
+    info = client.set_pools([PoolTarget.of(PoolKey("base", size="medium"), 1)])
     assert [(p.key.size, p.target) for p in info.pools if p.target] == [("medium", 1)]
     with pytest.raises(AgentError) as bad:
-        client.set_pools([PoolTarget(PoolKey("base"), -1)])
+        client.set_pools([PoolTarget.of(PoolKey("base"), -1)])
     assert bad.value.status == 400
     assert bad.value.message == "pools[0].warm: must not be negative, got -1"
 
