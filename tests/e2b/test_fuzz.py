@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.core.model import Entry, Metadata, NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -62,7 +62,7 @@ def _fleet() -> SandboxStore:
             addr=nowhere,
             deadline=now + timedelta(hours=1),
             claimed_at=now,
-            metadata='{"a": "b"}',
+            metadata=Metadata.parse('{"a": "b"}'),
         )
         for n in range(3)
     )

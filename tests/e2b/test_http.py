@@ -4,7 +4,6 @@ table, the list cursor, auth and tenancy. Claims answer 503 here (no routing).""
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -16,7 +15,7 @@ import pytest
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
-from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
+from sandboxctl.core.model import Entry, Metadata, NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import serving
@@ -39,7 +38,7 @@ def entry(n: int, namespace: str = "default", **fields: Any) -> Entry:
         claim_ref=f"{namespace}/s{n:02d}",
         deadline=T0 + timedelta(minutes=5),
         claimed_at=T0 - timedelta(seconds=100 - n // 2),  # pairs share a second: ties
-        metadata=json.dumps({"n": str(n), "team": "a b&c" if n % 2 else "plain"}),
+        metadata=Metadata({"n": str(n), "team": "a b&c" if n % 2 else "plain"}),
         cpu_count=1,
         memory_bytes=512 << 20,
     )

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from sandboxctl.agentapi import LogEvent
 from sandboxctl.apiserver.e2b.paging import BadQuery
 from sandboxctl.core.timestamps import format_unix_millis
+from sandboxctl.core.wire import Model
 
 LEVELS: Final = ("debug", "info", "warn", "error")
 LOGGER: Final = "sandboxd"  # the logger a line names, for the CLI's --loggers filter
@@ -81,26 +82,47 @@ def select(events: Sequence[LogEvent], query: LogQuery) -> list[LogEvent]:
     return chosen
 
 
-def entry_body(event: LogEvent) -> dict[str, Any]:
-    """One ``SandboxLogEntry``."""
-    return {
-        "timestamp": format_unix_millis(event.timestamp),
-        "level": event.level if event.level in LEVELS else "info",
-        "message": event.message,
-        "fields": dict(event.fields),
-    }
+class SandboxLogEntry(Model, frozen=True):
+    timestamp: str
+    level: str
+    message: str
+    fields: dict[str, str]
+
+    @classmethod
+    def of(cls, event: LogEvent) -> SandboxLogEntry:
+        level = event.level if event.level in LEVELS else "info"
+        return cls(format_unix_millis(event.timestamp), level, event.message, event.fields)
 
 
-def line_body(event: LogEvent) -> dict[str, Any]:
+class SandboxLogLine(Model, frozen=True):
     """One ``SandboxLog``: v1's line is a JSON object, as upstream's are (the e2b CLI
     parses it and reads its ``level`` and ``logger``)."""
-    line = {
-        **event.fields,
-        "level": event.level,
-        "logger": event.fields.get("logger", LOGGER),
-        "message": event.message,
-    }
-    return {"timestamp": format_unix_millis(event.timestamp), "line": json.dumps(line)}
+
+    timestamp: str
+    line: str
+
+    @classmethod
+    def of(cls, event: LogEvent) -> SandboxLogLine:
+        line = {
+            **event.fields,
+            "level": event.level,
+            "logger": event.fields.get("logger", LOGGER),
+            "message": event.message,
+        }
+        return cls(format_unix_millis(event.timestamp), json.dumps(line))
+
+
+class SandboxLogs(Model, frozen=True):
+    """``GET /sandboxes/{id}/logs``: the lines and the entries of the same events."""
+
+    logs: tuple[SandboxLogLine, ...]
+    logEntries: tuple[SandboxLogEntry, ...]
+
+
+class SandboxLogsV2(Model, frozen=True):
+    """``GET /v2/sandboxes/{id}/logs``."""
+
+    logs: tuple[SandboxLogEntry, ...]
 
 
 def _rank(level: str) -> int:

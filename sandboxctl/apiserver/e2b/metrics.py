@@ -3,28 +3,48 @@ usage sample (the owning agent samples; see sandboxd's ``usage.py``)."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from sandboxctl.agentapi import UsageSample
 from sandboxctl.apiserver.e2b.paging import BadQuery
 from sandboxctl.core.timestamps import format_unix_millis
+from sandboxctl.core.wire import Model
 
 MAX_SANDBOX_IDS: Final = 100
 
 
-def metric_body(sample: UsageSample) -> dict[str, Any]:
-    """One ``SandboxMetric``."""
-    return {
-        "timestamp": format_unix_millis(sample.timestamp),
-        "timestampUnix": int(sample.timestamp),
-        "cpuCount": sample.cpu_count,
-        "cpuUsedPct": sample.cpu_used_pct,
-        "memUsed": sample.mem_used,
-        "memTotal": sample.mem_total,
-        "memCache": sample.mem_cache,
-        "diskUsed": sample.disk_used,
-        "diskTotal": sample.disk_total,
-    }
+class SandboxMetric(Model, frozen=True):
+    """One ``SandboxMetric``: ``timestamp`` with milliseconds, ``timestampUnix`` whole."""
+
+    timestamp: str
+    timestampUnix: int
+    cpuCount: int
+    cpuUsedPct: float
+    memUsed: int
+    memTotal: int
+    memCache: int
+    diskUsed: int
+    diskTotal: int
+
+    @classmethod
+    def of(cls, sample: UsageSample) -> SandboxMetric:
+        return cls(
+            format_unix_millis(sample.timestamp),
+            int(sample.timestamp),
+            sample.cpu_count,
+            sample.cpu_used_pct,
+            sample.mem_used,
+            sample.mem_total,
+            sample.mem_cache,
+            sample.disk_used,
+            sample.disk_total,
+        )
+
+
+class SandboxesWithMetrics(Model, frozen=True):
+    """``GET /sandboxes/metrics``: the newest sample of each sandbox, by sandbox id."""
+
+    sandboxes: dict[str, SandboxMetric]
 
 
 def parse_seconds(name: str, text: str | None) -> int | None:

@@ -1,6 +1,6 @@
 """The JSON bodies the e2b SDK parses: ``Sandbox`` (create, connect, resume) and
 ``ListedSandbox`` / ``SandboxDetail`` (list, get). Every field the SDK requires is always
-present (see docs/e2b-compat.md)."""
+present (see docs/e2b-compat.md); attribute names are e2b's JSON names, in its order."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import hmac
 from datetime import datetime, timedelta
 from typing import Any
 
+from msgspec import UNSET, UnsetType
+
 from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.e2b.ids import public_id
-from sandboxctl.apiserver.e2b.paging import metadata_of, state_of
+from sandboxctl.apiserver.e2b.paging import state_of
+from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.snapshot import Located
+from sandboxctl.core.wire import Model
 
 
 def envd_access_token(secret: bytes, claim_token: str) -> str:
@@ -27,8 +31,54 @@ def traffic_access_token(secret: bytes, claim_token: str) -> str:
     return hmac.new(secret, b"traffic:" + claim_token.encode(), hashlib.sha256).hexdigest()
 
 
-def iso(value: datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+class Sandbox(Model, frozen=True, kw_only=True):
+    """The ``Sandbox`` model (create, connect, resume); ``trafficAccessToken`` is null
+    unless the sandbox was created with ``allowPublicTraffic`` false."""
+
+    templateID: str
+    sandboxID: str
+    clientID: str
+    envdVersion: str
+    envdAccessToken: str
+    trafficAccessToken: str | None
+    domain: str
+    alias: str | UnsetType = UNSET
+
+
+class ListedSandbox(Model, frozen=True, kw_only=True):
+    """The ``ListedSandbox`` model; ``SandboxDetail`` adds to it."""
+
+    templateID: str
+    sandboxID: str
+    clientID: str
+    startedAt: datetime
+    endAt: datetime
+    cpuCount: int
+    memoryMB: int
+    diskSizeMB: int
+    state: str
+    envdVersion: str
+    metadata: dict[str, str]
+    alias: str | UnsetType = UNSET
+
+
+class NetworkBody(Model, frozen=True):
+    """The ``network`` of a ``SandboxDetail``."""
+
+    allowOut: tuple[str, ...]
+    denyOut: tuple[str, ...]
+    allowPublicTraffic: bool
+
+    @classmethod
+    def of(cls, policy: NetworkPolicy) -> NetworkBody:
+        return cls(policy.allow_out, policy.deny_out, policy.public_traffic)
+
+
+class SandboxDetail(ListedSandbox, frozen=True, kw_only=True):
+    domain: str
+    envdAccessToken: str | UnsetType = UNSET
+    allowInternetAccess: bool | UnsetType = UNSET
+    network: NetworkBody | UnsetType = UNSET
 
 
 def alias_of(config: E2bConfig, template: str, requested: str | None = None) -> str | None:
@@ -50,55 +100,60 @@ def sandbox_body(
     claim_token: str,
     requested: str | None = None,
     private: bool = False,
-) -> dict[str, Any]:
-    """The ``Sandbox`` model (create, connect, resume). ``private``: a sandbox created
-    with ``allowPublicTraffic`` false, whose guest ports need its traffic access token."""
-    body: dict[str, Any] = {
-        "templateID": template,
-        "sandboxID": public_id(claim_id),
-        "clientID": node,
-        "envdVersion": config.envd_version,
-        "envdAccessToken": envd_access_token(config.envd_secret, claim_token),
-        "trafficAccessToken": (
+) -> Sandbox:
+    """The ``Sandbox`` of a claim. ``private``: a sandbox created with
+    ``allowPublicTraffic`` false, whose guest ports need its traffic access token."""
+    alias = alias_of(config, template, requested)
+    return Sandbox(
+        templateID=template,
+        sandboxID=public_id(claim_id),
+        clientID=node,
+        envdVersion=config.envd_version,
+        envdAccessToken=envd_access_token(config.envd_secret, claim_token),
+        trafficAccessToken=(
             traffic_access_token(config.envd_secret, claim_token) if private else None
         ),
-        "domain": config.domain,
-    }
-    alias = alias_of(config, template, requested)
-    if alias is not None:
-        body["alias"] = alias
-    return body
+        domain=config.domain,
+        alias=UNSET if alias is None else alias,
+    )
 
 
-def listed_body(config: E2bConfig, located: Located, now: datetime) -> dict[str, Any]:
-    """The ``ListedSandbox`` model; ``SandboxDetail`` adds to it."""
+def listed_body(config: E2bConfig, located: Located, now: datetime) -> ListedSandbox:
+    return ListedSandbox(**_listed(config, located, now))
+
+
+def detail_body(
+    config: E2bConfig,
+    located: Located,
+    now: datetime,
+    claim_token: str,
+    network: NetworkPolicy | None = None,
+) -> SandboxDetail:
+    """The ``SandboxDetail``, with the envd token of a claim token and the policy of a
+    sandbox with a network."""
+    extra: dict[str, Any] = {}
+    if claim_token:
+        extra["envdAccessToken"] = envd_access_token(config.envd_secret, claim_token)
+    if network is not None:
+        extra.update(allowInternetAccess=network.internet, network=NetworkBody.of(network))
+    return SandboxDetail(**_listed(config, located, now), domain=config.domain, **extra)
+
+
+def _listed(config: E2bConfig, located: Located, now: datetime) -> dict[str, Any]:
     entry = located.entry
     started = entry.claimed_at or now
-    end = entry.deadline or started + timedelta(seconds=config.default_timeout)
-    body: dict[str, Any] = {
+    alias = alias_of(config, entry.template)
+    return {
         "templateID": entry.template,
         "sandboxID": public_id(entry.id),
         "clientID": located.node,
-        "startedAt": iso(started),
-        "endAt": iso(end),
+        "startedAt": started,
+        "endAt": entry.deadline or started + timedelta(seconds=config.default_timeout),
         "cpuCount": entry.cpu_count or 0,
         "memoryMB": (entry.memory_bytes or 0) >> 20,
         "diskSizeMB": 0,
         "state": state_of(entry),
         "envdVersion": config.envd_version,
-        "metadata": metadata_of(entry),
+        "metadata": dict(entry.metadata),
+        "alias": UNSET if alias is None else alias,
     }
-    alias = alias_of(config, entry.template)
-    if alias is not None:
-        body["alias"] = alias
-    return body
-
-
-def detail_body(
-    config: E2bConfig, located: Located, now: datetime, claim_token: str | None
-) -> dict[str, Any]:
-    body = listed_body(config, located, now)
-    body["domain"] = config.domain
-    if claim_token:
-        body["envdAccessToken"] = envd_access_token(config.envd_secret, claim_token)
-    return body

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,19 +34,6 @@ class BadQuery(InvalidValueError):
 
 def state_of(entry: Entry) -> str:
     return "paused" if entry.phase.lower() in PAUSED_PHASES else "running"
-
-
-def metadata_of(entry: Entry) -> dict[str, str]:
-    """The entry's metadata as a str -> str map ({} when absent or not such a map)."""
-    if not entry.metadata:
-        return {}
-    try:
-        value = json.loads(entry.metadata)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
 
 def sort_key(entry: Entry) -> SortKey:
@@ -155,6 +141,6 @@ class Filters:
         ):
             return False
         if self.metadata:
-            have = metadata_of(entry)
+            have = entry.metadata
             return all(have.get(k) == v for k, v in self.metadata)
         return True
