@@ -245,8 +245,8 @@ class LocalGuardKit:
         if grace is not None:
             template["terminationGracePeriod"] = grace
         body = {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
+            "apiVersion": NODEPOOLS.api_version,
+            "kind": NODEPOOLS.kind,
             "metadata": {"name": name},
             "spec": {
                 "template": {"spec": template},

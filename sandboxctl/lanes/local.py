@@ -35,6 +35,7 @@ import httpx
 import sandboxctl
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
+from sandboxctl.core.names import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from sandboxctl.lanes import hostnet, observe
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, KitDown, LaneError, Progress, Windows
@@ -63,7 +64,7 @@ TABLE = "lanes_count"  # not sandboxctl_*: the agent removes such tables it does
 COUNTER = "to_agent"
 REPO = Path(sandboxctl.__file__).resolve().parents[1]
 CRDS = REPO / "manifests" / "crds"  # the guard lanes register Karpenter's through the API
-EXT = "apis/extensions.agents.x-k8s.io/v1beta1/namespaces/" + NAMESPACE
+EXT = f"apis/{SANDBOX_WARM_POOLS.api_version}/namespaces/{NAMESPACE}"
 SENTINEL = "lanes-sentinel"  # one long-lived sandbox per host: heal's view of freshness
 SENTINEL_TTL = 3600
 HEAL_START = 60.0  # seconds for parts to answer after a (re)start
@@ -509,15 +510,15 @@ class LocalKit:
         """The SandboxTemplate and the SandboxWarmPool the driver spreads."""
         spec = {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "base"}]}}}
         objects = {
-            "sandboxtemplates": {
-                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
-                "kind": "SandboxTemplate",
+            SANDBOX_TEMPLATES.plural: {
+                "apiVersion": SANDBOX_TEMPLATES.api_version,
+                "kind": SANDBOX_TEMPLATES.kind,
                 "metadata": {"name": "base"},
                 "spec": spec,
             },
-            "sandboxwarmpools": {
-                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
-                "kind": "SandboxWarmPool",
+            SANDBOX_WARM_POOLS.plural: {
+                "apiVersion": SANDBOX_WARM_POOLS.api_version,
+                "kind": SANDBOX_WARM_POOLS.kind,
                 "metadata": {"name": WARM_POOL},
                 "spec": {"replicas": WARM_POOL_SIZE, "sandboxTemplateRef": {"name": "base"}},
             },

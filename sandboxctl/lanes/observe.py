@@ -25,11 +25,12 @@ from sandboxctl.agentapi import (
     ClaimGrant,
     ClaimRequest,
 )
+from sandboxctl.core import names
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, KubeError, KubeNotFound, api_client
 from sandboxctl.lanes.kit import Host, Kit, Replica
 from sandboxctl.lanes.model import Lane, LaneError, Progress, Verdict, Windows
 
-SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/sandboxes"
+SANDBOXES = f"/apis/{names.SANDBOXES.api_version}/{names.SANDBOXES.plural}"
 NAMESPACE = "default"
 PHASE_LABEL = "sandbox.cocoonstack.io/phase"
 STAMP = "publishedAt"  # a NodeInventory's publish time; an old publisher writes none
@@ -68,7 +69,7 @@ class MeasuredLane(Generic[Observed]):
 
 
 def namespaced(namespace: str = NAMESPACE) -> str:
-    return f"/apis/agents.x-k8s.io/v1beta1/namespaces/{namespace}/sandboxes"
+    return f"/apis/{names.SANDBOXES.api_version}/namespaces/{namespace}/{names.SANDBOXES.plural}"
 
 
 class Clients:
