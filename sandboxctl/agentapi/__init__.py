@@ -2,8 +2,8 @@
 
 The agent (``sandboxctl.sandboxd``) serves these shapes and everything that calls an
 agent (mesh mode, the store, the envd proxy, the CLI) reads them, so each shape is written
-once. Modules: ``models`` (one frozen dataclass per JSON shape, with ``from_json`` and
-``to_json``), ``fields`` (reading one JSON value, naming the field), ``ids`` (which
+once. Modules: ``models`` (one ``core.wire`` shape per JSON body, decoded and encoded
+by ``core.wire``), ``network`` (a claim's network policy and its updates), ``ids`` (which
 strings can be a sandbox id, and escaping them), ``client`` (the httpx client), ``errors``
 (the error tree), ``mapping`` (answers to inventory entries and nodes). No business rules
 live here: the agent decides what a claim may ask for, the store where it goes.

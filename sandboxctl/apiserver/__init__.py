@@ -2,7 +2,7 @@
 
 Modules: ``kube`` (the Kubernetes-style ``sandboxes.agents.x-k8s.io`` API as a FastAPI
 app), ``discovery`` (its discovery documents), ``tables`` (the Table form kubectl prints),
-``creation`` (what a create claims, and the object it answers), ``status`` (Status error
+``creation`` (what a create claims; the answer is the read's object), ``status`` (Status error
 bodies and the error table), ``kubeconfig`` (a kubeconfig pointing kubectl at it).
 """
 
