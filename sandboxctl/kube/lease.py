@@ -7,7 +7,9 @@ record last changed, so clocks that disagree do not matter), and renews it every
 candidates that try at once, one gets 409 and stays a follower. A leader that has not
 renewed for ``renew_deadline`` (a control-plane outage) stops leading: ``on_stopped``
 runs, and after ``rejoin_after`` it is a candidate again. The process goes on either way.
-``stop()`` hands the lease back, so a successor need not wait out the duration.
+A stop hands the lease back, so a successor need not wait out the duration. The elector
+is a runnable (``lifecycle``): a process manager runs it to start and stop its
+leader-elected group; ``start()``/``stop()`` run it on its own.
 
 (``kubernetes.leaderelection`` in client v37 cannot be stopped, calls ``sys.exit`` on bad
 durations and reads the global client configuration, so it is not used.)
@@ -27,6 +29,7 @@ from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.leases import LEASE_DURATION, REJOIN_AFTER, RENEW_DEADLINE, RETRY_PERIOD
 from sandboxctl.kube.errors import KubeConflict, KubeError, KubeNotFound, call
+from sandboxctl.lifecycle import Background, Loop, Stop
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +75,11 @@ class LeaderElector:
         self._retry = retry_period
         self._rejoin = rejoin_after
         self._clock = clock or SystemClock()
-        self._stopping = threading.Event()
         self._leading = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._renewed = 0.0  # when this leader last renewed, on its monotonic clock
+        self._background = Background(
+            self, join_timeout=self._retry.total_seconds() + REQUEST_TIMEOUT + 5
+        )
         self._observed: tuple[str, str, int] | None = None  # (holder, renewTime, transitions)
         self._observed_at = 0.0
         self.stats = ElectionStats()
@@ -84,57 +89,70 @@ class LeaderElector:
         return self._leading.is_set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"lease-{self.name}", daemon=True)
-        self._thread.start()
+        """Campaign on a thread of its own until :meth:`stop` (outside a manager)."""
+        self._background.start()
 
     def stop(self) -> None:
         """Stop campaigning; a leader stops leading and hands the lease back."""
-        self._stopping.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self._retry.total_seconds() + REQUEST_TIMEOUT + 5)
+        self._background.stop()
 
     # --- the loop -------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            if not self._try():
-                self._stopping.wait(self._retry.total_seconds())
-                continue
-            self._lead()
-            if not self._stopping.is_set():
-                self._stopping.wait(self._rejoin.total_seconds())
+    def run(self, stop: Stop) -> None:
+        """Campaign every retry period until ``stop``; lead whenever the lease is won."""
+        Loop(f"lease {self.namespace}/{self.name}", lambda: self._campaign(stop), self._retry).run(
+            stop
+        )
 
-    def _lead(self) -> None:
+    def _campaign(self, stop: Stop) -> None:
+        if not self._try():
+            return
+        self._lead(stop)
+        if not stop.is_set():
+            stop.wait(self._rejoin.total_seconds())
+
+    def _lead(self, stop: Stop) -> None:
         self.stats.acquired += 1
         self._leading.set()
         log.info("lease %s/%s: %s is the leader", self.namespace, self.name, self.identity)
-        renewed = self._clock.monotonic()
+        self._renewed = self._clock.monotonic()
+        leading = Stop()  # set by a stop, or by a renewal that missed its deadline
+        stop.on_set(leading.set)
         try:
             self._on_started()
-            while not self._stopping.wait(self._retry.total_seconds()):
-                if self._try():
-                    renewed = self._clock.monotonic()
-                    self.stats.renewals += 1
-                elif self._clock.monotonic() - renewed > self._deadline.total_seconds():
-                    self.stats.lost += 1
-                    log.warning(
-                        "lease %s/%s: %s could not renew within %ss; it stops leading and "
-                        "campaigns again in %ss",
-                        self.namespace,
-                        self.name,
-                        self.identity,
-                        self._deadline.total_seconds(),
-                        self._rejoin.total_seconds(),
-                    )
-                    return
+            renew = Loop(
+                f"lease {self.namespace}/{self.name} renewal",
+                lambda: self._renew(leading),
+                self._retry,
+                immediately=False,
+            )
+            renew.run(leading)
         finally:
             self._leading.clear()
             try:
                 self._on_stopped()
             except Exception:
                 log.exception("lease %s/%s: on_stopped failed", self.namespace, self.name)
-            if self._stopping.is_set():
+            if stop.is_set():
                 self._release()
+
+    def _renew(self, leading: Stop) -> None:
+        if self._try():
+            self._renewed = self._clock.monotonic()
+            self.stats.renewals += 1
+            return
+        if self._clock.monotonic() - self._renewed > self._deadline.total_seconds():
+            self.stats.lost += 1
+            log.warning(
+                "lease %s/%s: %s could not renew within %ss; it stops leading and "
+                "campaigns again in %ss",
+                self.namespace,
+                self.name,
+                self.identity,
+                self._deadline.total_seconds(),
+                self._rejoin.total_seconds(),
+            )
+            leading.set()
 
     # --- one attempt ----------------------------------------------------------------------
 

@@ -1,0 +1,206 @@
+"""The process manager: groups start in order (servers, synced caches, others) and stop
+in reverse; a signal is an orderly stop with exit 0; a failing part stops the rest with
+exit 1; a part that outlives the grace is an error; the leader-elected group starts only
+once this process holds the Lease (against the Kubernetes API double)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from sandboxctl.kube import LeaderElector
+from sandboxctl.lifecycle import EXIT_FAILED, EXIT_STOPPED, Group, Manager, Stop
+from tests.kubeapi.double import Kube
+from tests.sandboxd.servers import wait_until
+
+
+class Journal:
+    """What the parts did, in order, from every thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.entries: list[str] = []
+
+    def add(self, entry: str) -> None:
+        with self._lock:
+            self.entries.append(entry)
+
+    def has(self, entry: str) -> bool:
+        with self._lock:
+            return entry in self.entries
+
+
+class Part:
+    def __init__(self, name: str, journal: Journal, fail: Exception | None = None) -> None:
+        self.name = name
+        self._journal = journal
+        self._fail = fail
+
+    def run(self, stop: Stop) -> None:
+        self._journal.add(f"start {self.name}")
+        if self._fail is not None:
+            raise self._fail
+        stop.wait()
+        self._journal.add(f"stop {self.name}")
+
+
+class SlowCache(Part):
+    """A cache that syncs only when the test says so."""
+
+    def __init__(self, name: str, journal: Journal) -> None:
+        super().__init__(name, journal)
+        self.synced = threading.Event()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self.synced.wait(timeout)
+
+
+class Stubborn(Part):
+    """Ignores its stop until released."""
+
+    def __init__(self, name: str, journal: Journal) -> None:
+        super().__init__(name, journal)
+        self.release = threading.Event()
+
+    def run(self, stop: Stop) -> None:
+        self.release.wait()
+
+
+def run_in_background(manager: Manager) -> tuple[threading.Thread, list[int]]:
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(manager.run()))
+    thread.start()
+    return thread, codes
+
+
+def test_groups_start_in_order_the_rest_after_the_caches_sync_and_stop_in_reverse() -> None:
+    journal = Journal()
+    cache = SlowCache("cache", journal)
+    manager = Manager()
+    manager.add(Part("other", journal))  # added first, started after the cache syncs
+    manager.add(cache, Group.CACHES)
+    manager.add(Part("server", journal), Group.SERVERS)
+    thread, codes = run_in_background(manager)
+    wait_until(lambda: journal.has("start cache"), timeout=5, what="the cache's start")
+    assert journal.entries == ["start server", "start cache"]  # others wait for the sync
+    cache.synced.set()
+    wait_until(lambda: journal.has("start other"), timeout=5, what="the others' start")
+    manager.stop()
+    thread.join(timeout=10)
+    assert codes == [EXIT_STOPPED]
+    assert journal.entries[3:] == ["stop other", "stop cache", "stop server"]
+
+
+def test_a_stop_signal_is_an_orderly_stop_with_exit_0() -> None:
+    journal = Journal()
+    with Manager() as manager:
+        manager.add(Part("server", journal), Group.SERVERS)
+        manager.add(Part("other", journal))
+        # The signal arrives on the main thread once both parts run.
+        threading.Thread(
+            target=lambda: (
+                wait_until(lambda: journal.has("start other"), timeout=5, what="the start"),
+                os.kill(os.getpid(), signal.SIGTERM),
+            )
+        ).start()
+        code = manager.run()
+    assert code == EXIT_STOPPED
+    assert journal.entries[2:] == ["stop other", "stop server"]
+    assert signal.getsignal(signal.SIGTERM) is not manager._signalled  # handed back
+
+
+def test_a_failing_part_stops_the_rest_and_the_exit_is_1(caplog: pytest.LogCaptureFixture) -> None:
+    journal = Journal()
+    manager = Manager()
+    manager.add(Part("server", journal), Group.SERVERS)
+    manager.add(Part("broken", journal, fail=RuntimeError("no disk")))
+    assert manager.run() == EXIT_FAILED
+    assert journal.entries[-1] == "stop server"
+    assert "broken: RuntimeError('no disk')" in caplog.text
+
+
+def test_a_part_that_returns_before_a_stop_is_a_failure() -> None:
+    manager = Manager()
+    manager.add(Returns("quitter"))
+    assert manager.run() == EXIT_FAILED
+
+
+class Returns:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, stop: Stop) -> None:
+        return
+
+
+def test_a_cache_that_never_syncs_fails_the_start_and_nothing_after_it_starts() -> None:
+    journal = Journal()
+    manager = Manager(cache_sync_timeout=timedelta(milliseconds=200))
+    manager.add(SlowCache("cache", journal), Group.CACHES)
+    manager.add(Part("other", journal))
+    assert manager.run() == EXIT_FAILED
+    assert journal.entries == ["start cache", "stop cache"]
+
+
+def test_a_part_that_outlives_the_grace_is_an_error_exit() -> None:
+    journal = Journal()
+    stubborn = Stubborn("stubborn", journal)
+    manager = Manager(grace=timedelta(milliseconds=200))
+    manager.add(stubborn)
+    thread, codes = run_in_background(manager)
+    manager.stop()
+    thread.join(timeout=5)
+    stubborn.release.set()
+    assert codes == [EXIT_FAILED]
+
+
+FAST = {
+    "lease_duration": timedelta(seconds=1.5),
+    "renew_deadline": timedelta(seconds=1.0),
+    "retry_period": timedelta(seconds=0.2),
+    "rejoin_after": timedelta(seconds=0.5),
+}
+
+
+def election(kube: Kube, identity: str) -> Callable[..., LeaderElector]:
+    def elector(on_started: Callable[[], None], on_stopped: Callable[[], None]) -> LeaderElector:
+        return LeaderElector(
+            kube.api, "sandbox-system", "lifecycle-test", identity, on_started, on_stopped, **FAST
+        )
+
+    return elector
+
+
+def test_the_leader_elected_group_starts_only_once_this_process_leads(kube: Kube) -> None:
+    held = LeaderElector(
+        kube.api, "sandbox-system", "lifecycle-test", "other", lambda: None, lambda: None, **FAST
+    )
+    held.start()
+    wait_until(lambda: held.is_leader, timeout=10, what="the other replica's lead")
+    journal = Journal()
+    manager = Manager(election=election(kube, "this"))
+    manager.add(Part("other", journal))
+    manager.add(Part("driver", journal), Group.LEADER_ELECTED)
+    thread, codes = run_in_background(manager)
+    try:
+        wait_until(lambda: journal.has("start other"), timeout=5, what="the others' start")
+        stop_waiting = Stop()
+        stop_waiting.wait(1.0)  # five retry periods while the other replica leads
+        assert not journal.has("start driver")
+        held.stop()  # hands the lease back
+        wait_until(lambda: journal.has("start driver"), timeout=10, what="the driver's start")
+    finally:
+        manager.stop()
+        thread.join(timeout=15)
+    assert codes == [EXIT_STOPPED]
+    assert journal.entries[-2:] == ["stop driver", "stop other"]
+
+
+def test_a_leader_elected_part_needs_an_election() -> None:
+    with pytest.raises(ValueError, match="needs leader election"):
+        Manager().add(Part("driver", Journal()), Group.LEADER_ELECTED)
