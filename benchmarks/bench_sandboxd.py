@@ -387,9 +387,9 @@ def _serving(agent: Agent, token: str | None) -> Iterator[str]:
 
 
 def _warm_ids(agent: Agent) -> list[str]:
-    # No public accessor lists warm ids (info() only counts them).
+    # The pools are read under the agent's lock (info() only counts warm ids).
     with agent._lock:
-        return list(agent._warm.get(WARM, ()))
+        return agent.pools.warm(WARM)
 
 
 def _record(agent: Agent, sandbox_id: str) -> Any:

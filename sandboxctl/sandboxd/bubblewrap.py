@@ -640,7 +640,7 @@ class BubblewrapRuntime:
             self._launchers.wait(spec.id, self._stop_timeout)
             if self._use_cgroups:
                 self._cgroups.remove(spec.id, self._stop_timeout)
-            kill_uid(spec.uid, self._stop_timeout)
+            procfs.kill_uid(spec.uid, self._stop_timeout)
             remove_home(spec)
         except OSError as exc:
             raise RuntimeFailure(f"sandbox {spec.id}: cannot destroy: {exc}") from exc
@@ -864,15 +864,3 @@ def kill_init(identity: Identity, timeout: float) -> None:
         return stat is None or stat.start_time != identity.start_time
 
     procfs.wait_until(timeout, reaped)
-
-
-def kill_uid(uid: int, timeout: float) -> None:
-    """SIGKILL every process of ``uid`` until none is left (uids are per sandbox)."""
-
-    def none_left() -> bool:
-        left = procfs.pids_of_uid(uid)
-        procfs.signal_pids(left, signal.SIGKILL)
-        return not left
-
-    if not procfs.wait_until(timeout, none_left):
-        raise RuntimeFailure(f"processes of uid {uid} survived SIGKILL for {timeout:g}s")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandboxctl.sandboxd.runtime import Identity
+from sandboxctl.sandboxd.runtime import Identity, RuntimeFailure
 
 PROC = Path("/proc")
 POLL_INTERVAL = 0.005
@@ -167,3 +167,15 @@ def wait_until(timeout: float, predicate: Callable[[], bool]) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_INTERVAL)
+
+
+def kill_uid(uid: int, timeout: float) -> None:
+    """SIGKILL every process of ``uid`` until none is left (uids are per sandbox)."""
+
+    def none_left() -> bool:
+        left = pids_of_uid(uid)
+        signal_pids(left, signal.SIGKILL)
+        return not left
+
+    if not wait_until(timeout, none_left):
+        raise RuntimeFailure(f"processes of uid {uid} survived SIGKILL for {timeout:g}s")

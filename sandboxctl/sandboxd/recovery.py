@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sandboxctl.sandboxd.agent import AgentSettings
-from sandboxctl.sandboxd.bubblewrap import kill_uid
+from sandboxctl.sandboxd.procfs import kill_uid
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, Runtime, RuntimeFailure, SandboxSpec, Size
 from sandboxctl.sandboxd.runtimedir import HOMES
 from sandboxctl.sandboxd.state import STATE_FILE, StateCorrupt, StateStore

@@ -1,4 +1,5 @@
-"""Host-wide claims on sandbox uids, so that agents on one host never share a uid.
+"""Sandbox uids: one per sandbox, and host-wide claims so that agents on one host never
+share a uid.
 
 Destroying a sandbox SIGKILLs every process of its uid, so two agents (two ``serve``
 fleets from two checkouts, say, both from the default ``--uid-base``) that gave the same
@@ -12,19 +13,28 @@ A uid is free for an agent when nobody claims it, or its claim points at a runti
 that no longer exists (that fleet is gone), and no process runs as it (a user, or a
 sandbox of a fleet from before claims). Claims are taken under an exclusive lock on
 ``uids/.lock``, so two agents never take the same uid at once.
+
+``SandboxUids`` picks the uid of each sandbox an agent starts, takes the claims of the
+sandboxes it adopts, and frees the uids it claims for none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sandboxctl.sandboxd import procfs
+from sandboxctl.sandboxd.runtime import RuntimeFailure
+
+log = logging.getLogger("sandboxctl.sandboxd")
 
 LOCK_FILE = ".lock"
+ORPHAN_KILL_TIMEOUT = 10.0
 
 
 class UidClaims:
@@ -93,3 +103,81 @@ class UidClaims:
         """Under :meth:`locked`: remove ``holder``'s claim on ``uid`` (a gone fleet's)."""
         if self.holder_of(uid) == holder:
             (self.directory / str(uid)).unlink(missing_ok=True)
+
+
+class SandboxUids:
+    """The host uids of one agent's sandboxes. Thread-safe. With ``claims`` None, uids
+    are picked from ``base`` up without asking anyone."""
+
+    def __init__(self, base: int, claims: UidClaims | None) -> None:
+        self._base = base
+        self._claims = claims
+        self._lock = threading.Lock()
+        self._in_use: set[int] = set()
+        self._skipped: set[int] = set()  # taken by others when last tried (logged)
+
+    def reserve(self) -> int:
+        """The uid for a sandbox about to start: the lowest from ``base`` up that this
+        agent does not use, that no process runs as and, with claims, that no other
+        agent claims."""
+        with self._lock:
+            uid = self._base
+            while uid in self._in_use or not self._free(uid):
+                uid += 1
+            self._in_use.add(uid)
+            return uid
+
+    def use(self, uid: int) -> None:
+        """``uid`` is a sandbox's of this agent (started, or adopted)."""
+        with self._lock:
+            self._in_use.add(uid)
+
+    def release(self, uid: int) -> None:
+        """A uid no sandbox of this agent has any more (destroyed, or never started)."""
+        if self._claims is not None:
+            self._claims.drop(uid)
+        with self._lock:
+            self._in_use.discard(uid)
+
+    def claim_adopted(self, sandbox_id: str, uid: int) -> None:
+        if self._claims is not None and not self._claims.take(uid, running=True):
+            log.warning(
+                "adopted sandbox %s runs as uid %d, which another agent claims", sandbox_id, uid
+            )
+
+    def held_elsewhere(self, uid: int) -> bool:
+        """Whether another agent, still there, claims ``uid``."""
+        if self._claims is None:
+            return False
+        holder = self._claims.holder_of(uid)
+        return holder is not None and holder != self._claims.holder and holder.is_dir()
+
+    def free_orphans(self, keep: Iterable[int]) -> None:
+        """Kill the processes of each uid this agent claims for no sandbox (neither in
+        ``keep`` nor in use) and drop its claim; a uid whose processes survive keeps its
+        claim, to be tried again at the next start."""
+        if self._claims is None:
+            return
+        with self._lock:
+            wanted = set(keep) | self._in_use
+        for uid in self._claims.held() - wanted:
+            try:
+                procfs.kill_uid(uid, ORPHAN_KILL_TIMEOUT)
+            except RuntimeFailure as error:
+                log.warning("uid %d of no sandbox: %s", uid, error)
+            else:
+                self._claims.drop(uid)
+                log.info("freed uid %d: claimed by this agent for no sandbox it knows", uid)
+
+    def _free(self, uid: int) -> bool:
+        """Under the lock: claim ``uid`` (with claims), or see that no process runs as
+        it; a uid found taken is logged once and skipped."""
+        claims = self._claims
+        free = claims.take(uid) if claims is not None else not procfs.pids_of_uid(uid)
+        if not free and uid not in self._skipped:
+            self._skipped.add(uid)
+            log.warning(
+                "uid %d is taken (another agent claims it, or a process runs as it): skipping it",
+                uid,
+            )
+        return free

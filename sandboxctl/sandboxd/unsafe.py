@@ -25,7 +25,6 @@ from sandboxctl.sandboxd.bubblewrap import (
     STOP_TIMEOUT,
     check_path,
     find_tools,
-    kill_uid,
     make_home,
     open_files,
     prlimit_args,
@@ -135,7 +134,7 @@ class UnsafeProcessRuntime:
         try:
             if identity is not None:
                 procfs.signal_identity(identity, signal.SIGKILL)
-            kill_uid(spec.uid, self._stop_timeout)
+            procfs.kill_uid(spec.uid, self._stop_timeout)
             self._launchers.wait(spec.id, self._stop_timeout)
             remove_home(spec)
         except OSError as exc:

@@ -37,7 +37,7 @@ def _alive(agent: Agent, sandbox_id: str) -> bool:
 
 def test_a_claim_takes_a_warm_sandbox_and_the_refill_restores_the_pool(agent: Agent) -> None:
     assert agent.refill_once() == 2
-    warm_ids = list(agent._warm[BASE])
+    warm_ids = agent.pools.warm(BASE)
 
     record = agent.claim(ClaimRequest(template="base", claim_ref="team/a", metadata={"k": "v"}))
 
@@ -143,7 +143,7 @@ def test_a_cold_claim_may_take_the_place_of_a_warm_sandbox(make_agent) -> None: 
 
 def test_set_pools_replaces_every_target_and_drains_the_rest(agent: Agent) -> None:
     agent.refill_once()
-    drained = list(agent._warm[BASE])
+    drained = agent.pools.warm(BASE)
     medium = PoolKey("base", "none", "medium")
 
     agent.set_pools({medium: 1})
@@ -251,7 +251,7 @@ def test_a_claims_env_is_kept_with_the_claim_and_across_a_restart(make_agent) ->
     env = {"FOO": "bar", "_x1": "with spaces = and 'quotes'", "EMPTY": ""}
     first: Agent = make_agent(pools={BASE: 1})
     first.refill_once()
-    warm_id = first._warm[BASE][0]
+    warm_id = first.pools.warm(BASE)[0]
     assert first._records[warm_id].env == {}
 
     record = first.claim(ClaimRequest(template="base", env=env))
