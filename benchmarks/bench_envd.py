@@ -101,8 +101,8 @@ class _Stack:
 
         from sandboxctl.agentapi import AgentClient
         from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
-        from sandboxctl.apiserver.e2b.ids import public_id
         from sandboxctl.core.freshness import FreshnessRule
+        from sandboxctl.core.ids import SandboxId
         from sandboxctl.core.model import PoolKey
         from sandboxctl.inventory.mesh import MeshInventorySource
         from sandboxctl.proxy import create_proxy_app
@@ -148,7 +148,11 @@ class _Stack:
         self.sdk = {"api_key": KEY, "api_url": api_url, "sandbox_url": proxy_url}
         self.sandbox = Sandbox.create(**self.sdk)
         stack.callback(self.sandbox.kill)
-        row = next(r for r in agent.sandboxes() if public_id(r.id) == self.sandbox.sandbox_id)
+        row = next(
+            r
+            for r in agent.sandboxes()
+            if SandboxId.of_claim(r.id).public == self.sandbox.sandbox_id
+        )
         self.claim_id, self.claim_token = row.id, agent.get(row.id).token or ""
         return self
 

@@ -246,8 +246,8 @@ def _throughput(agent: Agent, host: NetHost) -> Row:
 
 
 def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
-    from sandboxctl.apiserver.e2b.ids import public_id
     from sandboxctl.core.freshness import FreshnessRule
+    from sandboxctl.core.ids import SandboxId
     from sandboxctl.inventory.mesh import MeshInventorySource
     from sandboxctl.proxy import create_proxy_app
     from sandboxctl.store import SandboxStore
@@ -273,7 +273,7 @@ def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
     pid = agent.identity(record).pid
     pairs: dict[str, tuple[Timing, Timing]] = {}  # label -> (loopback, proxied), side by side
     for port, label in ((8000, "through the proxy"), (8001, "through the proxy and agent")):
-        host = f"{port}-{public_id(record.id)}.{DOMAIN}"
+        host = f"{port}-{SandboxId.of_claim(record.id).public}.{DOMAIN}"
         inside = _exchanger(
             stack, _when_up(functools.partial(connect_inside, pid, port)), "localhost"
         )

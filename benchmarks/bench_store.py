@@ -110,9 +110,10 @@ from benchmarks.timing import Timing, gc_paused, measure
 from sandboxctl.apiserver.e2b.paging import Filters, sort_key
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.ledger import DEFAULT_RETAIN
-from sandboxctl.store.store import Query, SandboxStore
 
 NAME = "store"
 SHAPE = f"{NODES}x{PER_NODE}"
@@ -296,7 +297,8 @@ def _bench(old: _OldBuild) -> Iterator[Row]:
     yield _regression(old, "lookup_name", by_name, "FleetView.lookup_name", "us")
     by_id = time_each(view.lookup_claim_id, ids, LOOKUP_CHUNK)
     yield _regression(old, "lookup_claim_id", by_id, "FleetView.lookup_claim_id", "us")
-    names, ids = names[:LOCATE_KEYS], ids[:LOCATE_KEYS]
+    names = names[:LOCATE_KEYS]
+    ids = [SandboxId.of_claim(cid) for cid in ids[:LOCATE_KEYS]]
     assert all(store.locate(*key) is not None for key in names)
     assert all(store.locate_claim(cid) is not None for cid in ids)
     for figure, procedure in (

@@ -84,7 +84,9 @@ def create_kube_app(
     bookmark_interval: float = BOOKMARK_SECONDS,
 ) -> FastAPI:
     """The API app over ``store``, for the holders of ``tokens``. A watch wakes at once for
-    this server's own writes and every ``watch_interval`` s for the inventories' changes.
+    an inventory change (the source notifies the store) and for this server's own writes;
+    every ``watch_interval`` s it also reads anyway, for what no notification announces:
+    a node going stale (a matter of time), and the server stopping.
 
     Open watches end (cleanly, as at their timeout) once ``stopping()`` is true: uvicorn's
     graceful shutdown waits for every open response, and a watch may run for half an hour.

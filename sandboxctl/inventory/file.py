@@ -8,7 +8,7 @@ with one message naming the file, the object and the field: nothing is half-read
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import InventoryFormatError
 from sandboxctl.core.model import NodeInventory, inventory_from_object
 from sandboxctl.core.snapshot import FleetSnapshot
+from sandboxctl.inventory.source import Listener, Subscribers
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -39,14 +40,19 @@ class FileInventorySource:
         self.path = path
         self._clock = clock or SystemClock()
         self._snapshot = FleetSnapshot.empty()
+        self._subscribers = Subscribers()
         self.reload()
 
     def snapshot(self) -> FleetSnapshot:
         return self._snapshot
 
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        return self._subscribers.subscribe(listener)
+
     def reload(self) -> None:
         inventories = load_path(self.path)
         self._snapshot = FleetSnapshot.build(inventories, self._clock.monotonic())
+        self._subscribers.notify()
 
 
 def load_path(path: Path) -> list[NodeInventory]:

@@ -27,6 +27,7 @@ import itertools
 import logging
 import operator
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeGuard
 
@@ -38,6 +39,7 @@ from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import InventoryFormatError, SandboxctlError
 from sandboxctl.core.model import Entry, NodeInventory, in_utc, inventory_from_object, read_metadata
 from sandboxctl.core.snapshot import FleetSnapshot, collector_paused
+from sandboxctl.inventory.source import Listener, Subscribers
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import ADDED, DELETED, MODIFIED, metadata_only
 from sandboxctl.kube.resources import read_json, watch_event
@@ -67,6 +69,7 @@ class KubeInventorySource:
     ) -> None:
         self._clock = clock or SystemClock()
         self._snapshot = FleetSnapshot.empty(stall_after=stall_after)
+        self._subscribers = Subscribers()
         self._lock = threading.Lock()
         self._sync_timeout = sync_timeout
         self._unreadable: set[str] = set()
@@ -86,6 +89,9 @@ class KubeInventorySource:
 
     def snapshot(self) -> FleetSnapshot:
         return self._snapshot
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        return self._subscribers.subscribe(listener)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -121,6 +127,7 @@ class KubeInventorySource:
             with self._lock:
                 self._snapshot = self._snapshot.remove(name, self._clock.monotonic())
                 self.events += 1
+            self._subscribers.notify()
             return
         if kind not in (ADDED, MODIFIED):
             return
@@ -141,6 +148,7 @@ class KubeInventorySource:
         with self._lock, collector_paused():
             self._snapshot = self._snapshot.replace(inventory, self._clock.monotonic())
             self.events += 1
+        self._subscribers.notify()
 
     def _read(self, name: str, obj: dict[str, Any]) -> NodeInventory:
         """The object as an inventory. A republish mostly repeats its entries: an entry

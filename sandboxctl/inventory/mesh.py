@@ -35,6 +35,7 @@ from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, SandboxctlError
 from sandboxctl.core.snapshot import FleetSnapshot
+from sandboxctl.inventory.source import Listener, Subscribers
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class MeshInventorySource:
         self._clock = clock or SystemClock()
         self._client_factory = client_factory or self._default_client
         self._snapshot = FleetSnapshot.empty(stall_after=poll_interval)
+        self._subscribers = Subscribers()
         self._lock = threading.Lock()  # the snapshot swap, clients, counters
         self._tick_lock = threading.Lock()  # one tick at a time
         self._stopping = threading.Event()
@@ -126,6 +128,9 @@ class MeshInventorySource:
 
     def snapshot(self) -> FleetSnapshot:
         return self._snapshot
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        return self._subscribers.subscribe(listener)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -254,6 +259,7 @@ class MeshInventorySource:
             previous = self._node_of.get(address)
             self._node_of[address] = inventory.node
             others = [a for a, n in self._node_of.items() if n == inventory.node and a != address]
+        self._subscribers.notify()
         if previous is not None and previous != inventory.node:
             log.warning(
                 "sandboxd %s now answers as node %s (was %s); %s keeps its last inventory",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from sandboxctl.core.snapshot import FleetSnapshot
+
+log = logging.getLogger("sandboxctl.inventory")
+
+Listener = Callable[[], None]
 
 
 @runtime_checkable
@@ -15,6 +22,40 @@ class InventorySource(Protocol):
     swaps in a new immutable snapshot, so a partitioned node can only make its own entry
     old, never make a read wait. Freshness is applied by the reader through
     :meth:`FleetSnapshot.view`, with the same rule on every binary.
+
+    ``subscribe(listener)`` calls ``listener`` (from the thread that swapped it in) after
+    each new snapshot, so a reader can act on a change instead of polling for it; it
+    returns the function that unsubscribes.
     """
 
     def snapshot(self) -> FleetSnapshot: ...
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]: ...
+
+
+class Subscribers:
+    """The listeners of one source; thread-safe. A listener that raises is logged and the
+    others still run: a reader's bug must not stop the source's refresh."""
+
+    def __init__(self) -> None:
+        self._listeners: set[Listener] = set()
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.add(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._listeners.discard(listener)
+
+        return unsubscribe
+
+    def notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("an inventory listener failed")

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from sandboxctl.apiserver.e2b.ids import public_id
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Kit, Replica
@@ -328,7 +328,7 @@ class DeadHost:
         observed = Observed()
         b = kit.b
         grants = observe.claim_fresh(kit, b, "k1a", FRESH)
-        observed.fresh = {ref: public_id(grant.id) for ref, grant in grants.items()}
+        observed.fresh = {ref: SandboxId.of_claim(grant.id).public for ref, grant in grants.items()}
         killed = False
         try:
             with observe.Clients(kit) as clients:  # the views' clients, kept across polls

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from sandboxctl.agentapi import ClaimGrant
-from sandboxctl.apiserver.e2b.ids import public_id
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Kit, Replica
 from sandboxctl.lanes.model import Lane, Progress, Verdict
@@ -161,8 +161,8 @@ class Resolution:
                 agent.hibernate(grants["paused"][1].id)
             grants["running"] = (second, _claim(kit, second, ref))
             states = {
-                public_id(grants["paused"][1].id): "paused",
-                public_id(grants["running"][1].id): "running",
+                SandboxId.of_claim(grants["paused"][1].id).public: "paused",
+                SandboxId.of_claim(grants["running"][1].id).public: "running",
             }
             progress.wait_for(
                 f"{replica.name} to read both claims of {name}, one paused",

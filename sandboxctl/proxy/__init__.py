@@ -4,8 +4,8 @@ the host agent that owns the sandbox, checks the caller's ``X-Access-Token`` aga
 claim, and relays the request and its response as streams. See docs/envd-proxy.md.
 
 Modules: ``routing`` (which sandbox and port a request names), ``budget`` (the probe
-token bucket), ``resolve`` (sandbox id -> owning node and claim token), ``app`` (the
-ASGI app and the relay).
+token bucket), ``app`` (the ASGI app and the relay). Which node owns a sandbox, and its
+claim token, the store answers (``store.claims``, one memory shared with the e2b API).
 """
 
 from sandboxctl.proxy.app import ENVD_PORT, create_proxy_app

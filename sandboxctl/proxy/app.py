@@ -16,9 +16,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from websockets.exceptions import InvalidHandshake
 
 from sandboxctl.apiserver.e2b.models import envd_access_token, traffic_access_token
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.proxy.budget import TokenBucket
 from sandboxctl.proxy.guest import DirectGuests
-from sandboxctl.proxy.resolve import CACHE_CAPACITY, Owner, OwnerCache, Resolver
 from sandboxctl.proxy.routing import NO_SANDBOX, BadRoute, Target, is_internal, route
 from sandboxctl.proxy.signature import BadSignature, FileSignature, file_signature
 from sandboxctl.proxy.upstream import Upstream, UpstreamError, authority
@@ -35,6 +35,7 @@ from sandboxctl.relay import (
     request_head,
 )
 from sandboxctl.store import SandboxStore
+from sandboxctl.store.owners import CAPACITY, Owner
 
 log = logging.getLogger("sandboxctl.proxy")
 
@@ -96,19 +97,18 @@ class ProxyApp:
         domain: str,
         probe_rate: float = 200,
         probe_burst: float = 400,
-        owner_ttl: float = 60.0,
     ) -> None:
+        if not store.routes_claims:
+            raise ValueError("the envd proxy needs a store with node access (NodeAccess)")
+        self.store = store
         self.envd_secret = envd_secret
         self.domain = domain
         self.metrics = ProxyMetrics()
         self.budget = TokenBucket(probe_rate, probe_burst)
-        self.resolver = Resolver(
-            store, self.budget, OwnerCache(owner_ttl), on_probe=self.metrics.probes.inc
-        )
         self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
         self._guests = DirectGuests()
-        # One HMAC per claim token, not per request: the same bound as the owner cache.
-        self._access_token = functools.lru_cache(maxsize=CACHE_CAPACITY)(
+        # One HMAC per claim token, not per request: the same bound as the owners kept.
+        self._access_token = functools.lru_cache(maxsize=CAPACITY)(
             functools.partial(envd_access_token, envd_secret)
         )
 
@@ -189,12 +189,21 @@ class ProxyApp:
         return None
 
     async def _owner(self, target: Target) -> Owner | None:
-        """The node holding the sandbox: cached, else from the inventory or a probe,
-        which may wait on nodes (off the loop)."""
-        owner = self.resolver.cached(target.sandbox_id)
+        """The node holding the sandbox: remembered, else from the inventory or a probe
+        within the budget, which may wait on nodes (off the loop)."""
+        sandbox_id = SandboxId.parse(target.sandbox_id)
+        owner = self.store.cached_owner(sandbox_id)
         if owner is None:
-            owner = await asyncio.to_thread(self.resolver.resolve, target.sandbox_id)
+            owner = await asyncio.to_thread(self.store.owner, sandbox_id, self._may_probe)
         return owner
+
+    def _may_probe(self) -> bool:
+        """Whether an id no inventory lists may be looked for on every node: the
+        per-replica token bucket bounds what unknown ids cost the fleet."""
+        if not self.budget.take():
+            return False
+        self.metrics.probes.inc()
+        return True
 
     async def _bad_request(self, send: Send, message: str) -> None:
         self.metrics.count("bad_request")
@@ -354,12 +363,12 @@ class ProxyApp:
                 # The node refused the claim token it gave us: the claim is gone
                 # (released since it was cached). Answer as for an unknown id, so
                 # the SDK says "not running", and resolve afresh next time.
-                self.resolver.forget(target.sandbox_id)
+                self.store.forget(SandboxId.parse(target.sandbox_id))
                 self.metrics.count("unknown")
                 await _not_found(caller.reply, target)
                 return
             if guest is None and upstream.status in (404, 502) and _is_json(upstream):
-                self.resolver.forget(target.sandbox_id)  # maybe a stale owner
+                self.store.forget(SandboxId.parse(target.sandbox_id))  # maybe a stale owner
             self.metrics.count("routed")
             caller.started = True  # forward sends the head before it can fail
             await forward(upstream, caller.reply)
@@ -386,7 +395,7 @@ class ProxyApp:
             text = guest_port_failure(target.port, error)
             await _reply_bytes(caller.reply, 502, json.dumps({"error": text}).encode(), JSON)
             return
-        self.resolver.forget(target.sandbox_id)
+        self.store.forget(SandboxId.parse(target.sandbox_id))
         await _not_found(caller.reply, target)
 
 
@@ -457,10 +466,9 @@ def create_proxy_app(
     domain: str,
     probe_rate: float = 200,
     probe_burst: float = 400,
-    owner_ttl: float = 60.0,
 ) -> ProxyApp:
     """The envd proxy over ``store`` (which must have node access): an ASGI app."""
-    return ProxyApp(store, envd_secret, domain, probe_rate, probe_burst, owner_ttl)
+    return ProxyApp(store, envd_secret, domain, probe_rate, probe_burst)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

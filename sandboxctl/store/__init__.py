@@ -1,12 +1,16 @@
 """The one store over an InventorySource: Sandbox objects to list, get, watch, claim and
 release, for every API that serves them (the Kubernetes-style API, e2b, the envd proxy).
 
-Modules: ``store`` (the store and its queries), ``index`` (the owning-node index),
-``nodes`` (calls to host agents: claim routing and live lookups), ``watch`` (watchers),
-``errors``.
+Modules: ``store`` (``SandboxStore``: the two parts below, as one object), ``reads``
+(``FleetReads``: the snapshot with this server's writes, the ledger, lists, pages,
+watches, templates), ``claims`` (``ClaimRouter``: claims, verbs and lookups that ask the
+nodes), ``owners`` (the remembered owner of a sandbox), ``nodes`` (calls to host agents),
+``query``, ``ledger``, ``overlay``, ``lists``, ``pages``, ``watch``, ``errors``.
 """
 
+from sandboxctl.store.assignment import Assignment
 from sandboxctl.store.errors import NodeRefused, NotFound, StoreError
-from sandboxctl.store.store import Assignment, Query, SandboxStore
+from sandboxctl.store.query import Query
+from sandboxctl.store.store import SandboxStore
 
 __all__ = ["Assignment", "NodeRefused", "NotFound", "Query", "SandboxStore", "StoreError"]

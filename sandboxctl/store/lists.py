@@ -28,7 +28,7 @@ from sandboxctl.store.errors import Expired
 from sandboxctl.store.ledger import Held, Name, State
 
 if TYPE_CHECKING:
-    from sandboxctl.store.store import Query
+    from sandboxctl.store.query import Query
 
 TOKEN_SECONDS: Final = 300.0  # kube-apiserver compacts every five minutes
 KEPT_STATES: Final = 64

@@ -26,7 +26,8 @@ from sandboxctl.store.ledger import Change, Held, at_version
 from sandboxctl.store.lists import select
 
 if TYPE_CHECKING:
-    from sandboxctl.store.store import Query, SandboxStore
+    from sandboxctl.store.query import Query
+    from sandboxctl.store.reads import FleetReads
 
 
 class Watch:
@@ -34,7 +35,7 @@ class Watch:
 
     def __init__(
         self,
-        store: SandboxStore,
+        store: FleetReads,
         query: Query,
         resource_version: int | None = None,
         send_initial_events: bool = False,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
 import pytest
 
+from sandboxctl.apiserver.kube import create_kube_app
 from sandboxctl.core.watching import INITIAL_EVENTS_END
 from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.store import Query, SandboxStore
 from tests.apiserver.conftest import (
     ALL_SANDBOXES,
     FLEET,
@@ -19,7 +22,7 @@ from tests.apiserver.conftest import (
     entry,
     inventory,
 )
-from tests.apiserver.helpers import watch
+from tests.apiserver.helpers import AUTH, KUBE_TOKENS, serving, watch
 
 NODE = "sandbox.cocoonstack.io/node"
 PHASE = "sandbox.cocoonstack.io/phase"
@@ -304,6 +307,24 @@ def test_a_watch_reports_what_the_inventories_change(
         assert deleted["type"] == "DELETED"
         assert deleted["object"]["metadata"]["name"] == "a1"
         assert deleted["object"]["metadata"]["labels"][PHASE] == "Hibernated"  # last state
+
+
+def test_an_inventory_change_wakes_an_open_watch_without_its_tick(
+    store: SandboxStore, source: MemoryInventorySource
+) -> None:
+    # The tick is an hour: only the source's notification can bring the event in time.
+    app = create_kube_app(store, KUBE_TOKENS, watch_interval=3600)
+    with (
+        serving(app) as url,
+        httpx.Client(base_url=url, headers=AUTH, timeout=10) as http,
+        watch(http, SANDBOXES, resourceVersion=store.list(Query()).version) as events,
+    ):
+        started = time.monotonic()
+        source.apply(inventory("n2", entry("default/b2"), *FLEET[1].entries))
+        added = events.next(timeout=5)
+        assert added is not None
+        assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "b2")
+        assert time.monotonic() - started < 5
 
 
 def test_a_pinned_watch_follows_one_name(

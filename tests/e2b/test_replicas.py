@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from sandboxctl.apiserver.e2b import create_e2b_app
-from sandboxctl.apiserver.e2b.ids import claim_spelling
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.inventory.mesh import MeshInventorySource
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -51,7 +51,7 @@ def test_a_read_on_another_replica_right_after_a_create_finds_it(
         sandbox_id, owner = created.json()["sandboxID"], created.json()["clientID"]
         try:
             # the replica has not seen it: only a live ask can find it
-            assert other.locate_claim(claim_spelling(sandbox_id), ask_nodes=False) is None
+            assert other.locate_claim(SandboxId.parse(sandbox_id), ask_nodes=False) is None
             read = second.get(f"/sandboxes/{sandbox_id}")
             assert read.status_code == 200, read.text
             assert (read.json()["sandboxID"], read.json()["clientID"]) == (sandbox_id, owner)

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from sandboxctl.agentapi import AgentClient, ClaimGrant, ClaimRequest
-from sandboxctl.apiserver.e2b.ids import public_id
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.apiserver.e2b.models import envd_access_token
 from tests.kubeapi.double import DoubleProcess, write_kubeconfig
 from tests.sandboxd.servers import free_port, sandboxes_unavailable, status_of, wait_until
@@ -313,12 +313,14 @@ class KubeFleet:
 
     def e2b_status(self, e2b_url: str, grant: ClaimGrant) -> int:
         answer = httpx.get(
-            f"{e2b_url}/sandboxes/{public_id(grant.id)}", headers={"X-API-Key": E2B_KEY}, timeout=5
+            f"{e2b_url}/sandboxes/{SandboxId.of_claim(grant.id).public}",
+            headers={"X-API-Key": E2B_KEY},
+            timeout=5,
         )
         return answer.status_code
 
     def proxy_status(self, proxy_url: str, grant: ClaimGrant) -> int:
-        host = f"49983-{public_id(grant.id)}.{DOMAIN}"
+        host = f"49983-{SandboxId.of_claim(grant.id).public}.{DOMAIN}"
         headers = {"Host": host, "X-Access-Token": envd_access_token(SECRET.encode(), grant.token)}
         return httpx.get(f"{proxy_url}/health", headers=headers, timeout=5).status_code
 

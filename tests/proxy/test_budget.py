@@ -1,4 +1,4 @@
-"""The probe budget and the owner cache, with an injected clock."""
+"""The probe budget, with an injected clock, and routing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 
 from sandboxctl.clock import ManualClock
 from sandboxctl.proxy import TokenBucket
-from sandboxctl.proxy.resolve import Owner, OwnerCache, claim_spelling
 from sandboxctl.proxy.routing import BadRoute, Target, is_internal, route
 
 
@@ -38,24 +37,6 @@ def test_bucket_ignores_a_clock_going_backwards(clock: ManualClock) -> None:
     assert bucket.take()
 
 
-def test_owner_cache_expires_and_clears_when_full(clock: ManualClock) -> None:
-    cache = OwnerCache(60.0, capacity=3, clock=clock.monotonic)
-    owner = Owner("n", "a:1", "sb_1", "t")
-    cache.put("sb-1", owner)
-    assert cache.get("sb-1") == owner
-    clock.advance(60)
-    assert cache.get("sb-1") is None
-    for key in ("x", "y", "z"):
-        cache.put(key, owner)
-    cache.put("w", owner)  # full and nothing expired: cleared, then added
-    assert len(cache) == 1
-    assert cache.get("w") == owner
-    clock.advance(61)
-    cache.put("v", owner)
-    assert cache.get("w") is None
-    assert cache.get("v") == owner
-
-
 def test_routing() -> None:
     domain = "sandboxes.test"
     assert route({"host": "49983-sb-0123abcd.sandboxes.test:3001"}, domain) == Target(
@@ -81,9 +62,3 @@ def test_routing() -> None:
         assert is_internal(path), path
     assert not is_internal("/files")
     assert not is_internal("/initx")
-
-
-def test_claim_spelling() -> None:
-    assert claim_spelling("sb-0a0a") == "sb_0a0a"
-    assert claim_spelling("sb_0a0a") == "sb_0a0a"
-    assert claim_spelling("other-id") == "other-id"

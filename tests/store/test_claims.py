@@ -15,6 +15,7 @@ import pytest
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.core.placement import NoNodeCapacity
 from sandboxctl.inventory.memory import MemoryInventorySource
@@ -125,7 +126,7 @@ def test_a_read_by_id_right_after_create_asks_only_the_owning_node(
     other = nodes["b" if assignment.node == "a" else "a"]
     before = other.requests(BY_ID)
 
-    located = store.locate_claim(assignment.claim_id)
+    located = store.locate_claim(SandboxId.of_claim(assignment.claim_id))
 
     assert located is not None
     assert located.node == assignment.node
@@ -185,7 +186,7 @@ def test_a_stale_node_is_never_sampled_nor_asked(
     for i in range(3):
         assert store.claim("default", f"c{i}", PoolKey("base")).node == "a"
         nodes["a"].agent.refill_once()
-    assert store.locate_claim("sb_unknown") is None
+    assert store.locate_claim(SandboxId.of_claim("sb_unknown")) is None
     assert nodes["b"].requests(BY_ID) == b_before
     assert nodes["b"].requests("/v1/sandboxes") == 0
 
@@ -208,7 +209,7 @@ def test_release_is_idempotent_and_then_the_name_is_gone(
 def test_verbs_route_to_the_owning_node(nodes: dict[str, Node], make_store: MakeStore) -> None:
     store, _ = make_store()
     assignment = store.claim("default", "x", PoolKey("base"), ttl_seconds=60)
-    located = store.locate_claim(assignment.claim_id)
+    located = store.locate_claim(SandboxId.of_claim(assignment.claim_id))
     assert located is not None
 
     store.pause(located)

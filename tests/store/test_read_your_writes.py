@@ -19,6 +19,7 @@ import pytest
 from sandboxctl.agentapi.client import AgentClient
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.model import Entry, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import Query, SandboxStore
@@ -116,7 +117,7 @@ def test_a_create_is_listed_got_and_found_by_id_at_once(
     granted = store.claim("default", "new", PoolKey("base"))
     assert _names(store) == ["new"]  # the inventory has not published it
     assert store.get("default", "new")["status"]["nodeName"] == "a"
-    found = store.locate_claim(granted.claim_id, ask_nodes=False)
+    found = store.locate_claim(SandboxId.of_claim(granted.claim_id), ask_nodes=False)
     assert found is not None
     assert found.entry.name == "default/new"
 
@@ -131,7 +132,7 @@ def test_a_delete_is_gone_at_once(
     assert located is not None
     store.release(located)
     assert _names(store) == []  # the inventory still lists it
-    assert store.locate_claim(granted.claim_id, ask_nodes=False) is None
+    assert store.locate_claim(SandboxId.of_claim(granted.claim_id), ask_nodes=False) is None
     assert source.snapshot().record("a").by_id.get(granted.claim_id) is not None  # type: ignore[union-attr]
 
 

@@ -12,8 +12,8 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 
 from sandboxctl.apiserver.e2b.config import E2bConfig
-from sandboxctl.apiserver.e2b.ids import public_id
 from sandboxctl.apiserver.e2b.paging import state_of
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.snapshot import Located
 from sandboxctl.core.wire import Model
@@ -106,7 +106,7 @@ def sandbox_body(
     alias = alias_of(config, template, requested)
     return Sandbox(
         templateID=template,
-        sandboxID=public_id(claim_id),
+        sandboxID=SandboxId.of_claim(claim_id).public,
         clientID=node,
         envdVersion=config.envd_version,
         envdAccessToken=envd_access_token(config.envd_secret, claim_token),
@@ -145,7 +145,7 @@ def _listed(config: E2bConfig, located: Located, now: datetime) -> dict[str, Any
     alias = alias_of(config, entry.template)
     return {
         "templateID": entry.template,
-        "sandboxID": public_id(entry.id),
+        "sandboxID": SandboxId.of_claim(entry.id).public,
         "clientID": located.node,
         "startedAt": started,
         "endAt": entry.deadline or started + timedelta(seconds=config.default_timeout),

@@ -14,9 +14,9 @@ from fastapi.exceptions import RequestValidationError
 from sandboxctl.agentapi import SandboxRow
 from sandboxctl.apiserver.e2b.auth import Keys
 from sandboxctl.apiserver.e2b.config import E2bConfig
-from sandboxctl.apiserver.e2b.ids import ClaimIds, public_id, same_sandbox
 from sandboxctl.apiserver.errors import status_of
 from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.placement import NoNodeCapacity, NoWarmCapacity
 from sandboxctl.core.snapshot import Located
@@ -49,7 +49,6 @@ class E2bService:
         self.store = store
         self.config = config
         self.keys = Keys(config.api_keys, config.allow_anonymous, config.namespace)
-        self.ids = ClaimIds()
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """A blocking store call on the thread pool; its errors become e2b's answers."""
@@ -58,15 +57,9 @@ class E2bService:
     async def locate(self, namespace: str, sandbox_id: str) -> Located:
         """The sandbox of the key's namespace that ``sandbox_id`` names (either spelling),
         asking the nodes when this server does not read it yet; 404 otherwise."""
-        located = await self.call(
-            self.store.locate_claim,
-            self.ids.claim_id(sandbox_id),
-            namespace,
-            lambda candidate: same_sandbox(sandbox_id, candidate),
-        )
+        located = await self.call(self.store.locate_claim, SandboxId.parse(sandbox_id), namespace)
         if located is None:
             raise not_found(sandbox_id)
-        self.ids.remember(located.entry.id)
         return located
 
     async def read(self, located: Located, sandbox_id: str) -> SandboxRow:
@@ -111,7 +104,7 @@ Tenant = Annotated[str, Depends(tenant)]
 
 
 def not_found(sandbox_id: str) -> E2bError:
-    return E2bError(404, f"sandbox {public_id(sandbox_id)!r} not found")
+    return E2bError(404, f"sandbox {SandboxId.parse(sandbox_id).public!r} not found")
 
 
 def translate(error: Exception) -> E2bError:

@@ -9,7 +9,6 @@ from fastapi import Request
 from starlette.responses import Response
 
 from sandboxctl.agentapi import LogEvent
-from sandboxctl.apiserver.e2b.ids import public_id
 from sandboxctl.apiserver.e2b.logs import (
     SandboxLogEntry,
     SandboxLogLine,
@@ -26,6 +25,7 @@ from sandboxctl.apiserver.e2b.metrics import (
     parse_seconds,
 )
 from sandboxctl.apiserver.e2b.service import E2bError, E2bService, Service, Tenant, not_found
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.serving.apps import answer
 
 
@@ -42,7 +42,8 @@ async def many_metrics(e2b: Service, namespace: Tenant, sandbox_ids: str | None 
             if error.status == 404:
                 return sandbox_id, None
             raise
-        return public_id(located.entry.id), SandboxMetric.of(samples[-1]) if samples else None
+        metric = SandboxMetric.of(samples[-1]) if samples else None
+        return SandboxId.of_claim(located.entry.id).public, metric
 
     found = await asyncio.gather(*(newest(sandbox_id) for sandbox_id in wanted))
     return answer(SandboxesWithMetrics({sid: metric for sid, metric in found if metric}))
@@ -80,8 +81,7 @@ async def logs_v2(request: Request, e2b: Service, namespace: Tenant, sandbox_id:
 async def log_events(e2b: E2bService, namespace: str, sandbox_id: str) -> list[LogEvent]:
     """The sandbox's log, live or killed; empty for a sandbox whose log no node keeps
     (an older agent); 404 for one that is neither logged nor known to this key."""
-    spellings = list(dict.fromkeys((e2b.ids.claim_id(sandbox_id), sandbox_id)))
-    found = await e2b.call(e2b.store.log_of, spellings, namespace)
+    found = await e2b.call(e2b.store.log_of, SandboxId.parse(sandbox_id), namespace)
     if found is not None:
         return list(found.events)
     await e2b.locate(namespace, sandbox_id)

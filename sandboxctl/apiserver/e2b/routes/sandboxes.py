@@ -72,7 +72,6 @@ async def create(e2b: Service, namespace: Tenant, new: CreateBody) -> Response:
         env=new.envVars,
         network=network,
     )
-    e2b.ids.remember(granted.claim_id)
     reply = sandbox_body(
         e2b.config,
         claim_id=granted.claim_id,

@@ -1,0 +1,113 @@
+"""Which node owns a sandbox: the one memory of it, shared by every API of a process.
+
+A lookup that had to ask the nodes (a claim another replica made since the last publish),
+or that found a sandbox the e2b API or the envd proxy will ask for again, is remembered
+here under the sandbox's id (either spelling: ``SandboxId`` compares by the public one)
+and, for the Sandbox API, under its (namespace, name). One policy for every entry:
+
+* bounded: at most ``capacity`` entries, the least recently used going first;
+* forgotten when this server releases the sandbox, or its node says it is gone (a kill,
+  a refused claim token);
+* forgotten when an inventory change drops it: its node goes stale or leaves, or its
+  node's inventory, which listed it, no longer does. A remembered owner no inventory
+  listed yet (a claim made since the last publish) stays until its node lists it or one
+  of the above. A sandbox that moved is found where the inventories put it, since they
+  are read first and a remembered owner is served only while no other node lists it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sandboxctl.agentapi import SandboxRow
+from sandboxctl.core.ids import SandboxId
+from sandboxctl.core.snapshot import NodeRecord
+
+CAPACITY = 8192
+
+Key = SandboxId | tuple[str, str]  # an id, or a (namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The node holding a sandbox, at its advertised address, under ``claim_id``. Once
+    its node was asked for its live row: the claim token (never sent but to that node),
+    whether guest ports are public, and its address on the node's network."""
+
+    node: str
+    address: str
+    claim_id: str
+    token: str = ""
+    public_traffic: bool = True
+    sandbox_address: str = ""
+    listed: bool = False  # whether the node's inventory listed it when remembered
+
+    def with_row(self, row: SandboxRow) -> Owner:
+        public = not row.network or row.network.public_traffic
+        return dataclasses.replace(
+            self, claim_id=row.id, token=row.token or "", public_traffic=public,
+            sandbox_address=row.address or "",
+        )  # fmt: skip
+
+
+class Owners:
+    """Thread-safe."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[Key, Owner] = OrderedDict()
+        self._by_node: dict[str, set[Key]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Key) -> Owner | None:
+        with self._lock:
+            owner = self._entries.get(key)
+            if owner is not None:
+                self._entries.move_to_end(key)
+            return owner
+
+    def remember(self, owner: Owner, *keys: Key) -> None:
+        with self._lock:
+            for key in keys:
+                self._drop(key)
+                self._entries[key] = owner
+                self._by_node.setdefault(owner.node, set()).add(key)
+            while len(self._entries) > self._capacity:
+                self._drop(next(iter(self._entries)))
+
+    def forget(self, *keys: Key) -> None:
+        with self._lock:
+            for key in keys:
+                self._drop(key)
+
+    def nodes_changed(self, changed: Iterable[tuple[str, NodeRecord | None]]) -> None:
+        """Apply the inventory changes ``changed`` names: each node whose record this
+        server reads is a new one, with that record (None: the node went stale or left)."""
+        with self._lock:
+            for node, record in changed:
+                for key in list(self._by_node.get(node, ())):
+                    owner = self._entries[key]
+                    if record is None:
+                        self._drop(key)
+                    elif owner.claim_id in record.by_id:
+                        if not owner.listed:
+                            self._entries[key] = dataclasses.replace(owner, listed=True)
+                    elif owner.listed:
+                        self._drop(key)
+
+    def _drop(self, key: Key) -> None:
+        owner = self._entries.pop(key, None)
+        if owner is None:
+            return
+        keys = self._by_node.get(owner.node)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_node[owner.node]
