@@ -14,10 +14,11 @@ Every ``interval`` (5 s) and on every pool or template event, one tick:
    the nodes (from the PUT answers; the inventory's count where a PUT failed), written
    only when it changed; a conflict waits for the next tick.
 
-:class:`DriverElection` runs the driver only while this replica leads: losing the lease
-(a control-plane outage, a partition) stops the driver and nothing else, and the
-replica campaigns again after 5 s. Without a fleet token the driver fails closed: it
-logs why and sets no pools.
+The driver is a leader-elected part of serve-apiserver's process manager
+(``lifecycle``), and :class:`DriverLease` its election: it runs only while this replica
+leads; losing the lease (a control-plane outage, a partition) stops the driver and
+nothing else, and the replica campaigns again after 5 s. Without a fleet token the
+driver fails closed: it logs why and sets no pools.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from sandboxctl.kube import (
     KubeError,
     LeaderElector,
 )
+from sandboxctl.lifecycle import Background, Loop, Stop
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,20 @@ def lease_namespace() -> str:
         return DEFAULT_NAMESPACE
 
 
+@dataclass(frozen=True, slots=True)
+class DriverSettings:
+    """How the driver syncs and campaigns (serve-apiserver's ``--warm-pool-*`` and
+    ``--leader-election-*`` flags)."""
+
+    interval: timedelta = WARM_POOL_SYNC_INTERVAL
+    lease_namespace: str = ""  # empty: the pod's, else sandbox-system
+    identity: str = ""  # empty: host, pid and a random suffix
+    lease_duration: timedelta = LEASE_DURATION
+    renew_deadline: timedelta = RENEW_DEADLINE
+    retry_period: timedelta = RETRY_PERIOD
+    rejoin_after: timedelta = REJOIN_AFTER
+
+
 @dataclass
 class TickResult:
     nodes: int = 0
@@ -86,75 +102,78 @@ class TickResult:
 
 
 class WarmPoolDriver:
+    """A runnable (``lifecycle``): from its start to its stop it keeps two informers and
+    ticks every interval and on their events."""
+
+    name = "warm-pool-driver"
+
     def __init__(
         self,
         api: client.ApiClient,
         store: SandboxStore,
         token: str | None,
+        settings: DriverSettings = DriverSettings(),
         *,
-        interval: timedelta = WARM_POOL_SYNC_INTERVAL,
         agent_factory: Callable[[str], AgentClient] | None = None,
     ) -> None:
         self._api = api
         self._store = store
         self._token = token
-        self._interval = interval
+        self.settings = settings
         self._agent_factory = agent_factory or (
             lambda address: AgentClient(address, token, timeout=PUT_TIMEOUT)
         )
         self._pools_api = CustomObjects(api, SANDBOX_WARM_POOLS)
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop(
+            "warm-pool driver tick", self._tick_when_synced, settings.interval, logger=log
+        )
+        self._background = Background(self, join_timeout=PUT_TIMEOUT + 5)
+        self._running = threading.Event()
         self._pools: Informer | None = None
         self._templates: Informer | None = None
         self.ticks = 0
         self.last: TickResult | None = None
 
-    # --- lifecycle (called by the election) --------------------------------------------
+    # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._stopping.clear()
+        """Run on a thread of its own until :meth:`stop` (outside a manager)."""
+        self._background.start()
+
+    def stop(self) -> None:
+        self._background.stop()
+
+    @property
+    def running(self) -> bool:
+        """True from the start of a run to its end, however it was started."""
+        return self._running.is_set()
+
+    def run(self, stop: Stop) -> None:
         self._pools = Informer(self._pools_api, self._on_event, name="sandboxwarmpools")
         self._templates = Informer(
             CustomObjects(self._api, SANDBOX_TEMPLATES), self._on_event, name="sandboxtemplates"
         )
         self._pools.start()
         self._templates.start()
-        self._thread = threading.Thread(target=self._run, name="warm-pool-driver", daemon=True)
-        self._thread.start()
-        log.info("warm-pool driver started (every %ss)", self._interval.total_seconds())
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=PUT_TIMEOUT + 5)
-        for informer in (self._pools, self._templates):
-            if informer is not None:
-                informer.stop()
-        self._thread = self._pools = self._templates = None
-        log.info("warm-pool driver stopped")
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        self._running.set()
+        log.info("warm-pool driver started (every %ss)", self.settings.interval.total_seconds())
+        try:
+            self._loop.run(stop)
+        finally:
+            self._running.clear()
+            self._pools.stop()
+            self._templates.stop()
+            log.info("warm-pool driver stopped")
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self._wake.set()
+        self._loop.wake()
 
-    def _run(self) -> None:
+    def _tick_when_synced(self) -> None:
         assert self._pools is not None
         assert self._templates is not None
-        while not self._stopping.is_set():
-            if self._pools.synced and self._templates.synced:
-                try:
-                    self.last = self.tick()
-                    self.ticks += 1
-                except Exception:  # one bad tick must not end the driver
-                    log.exception("warm-pool driver tick failed")
-            self._wake.wait(self._interval.total_seconds())
-            self._wake.clear()
+        if self._pools.synced and self._templates.synced:
+            self.last = self.tick()
+            self.ticks += 1
 
     # --- one tick ------------------------------------------------------------------------
 
@@ -237,40 +256,34 @@ class WarmPoolDriver:
         return True
 
 
-class DriverElection:
-    """The driver under a Lease: it runs only while this replica leads."""
+class DriverLease:
+    """The driver's Lease, as an election for a process manager (``lifecycle.Election``):
+    where it is, who campaigns, and the elector that calls back on winning and losing."""
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        driver: WarmPoolDriver,
-        *,
-        namespace: str | None = None,
-        identity: str | None = None,
-        lease_duration: timedelta = LEASE_DURATION,
-        renew_deadline: timedelta = RENEW_DEADLINE,
-        retry_period: timedelta = RETRY_PERIOD,
-        rejoin_after: timedelta = REJOIN_AFTER,
-    ) -> None:
-        self.driver = driver
-        self.elector = LeaderElector(
-            api,
-            namespace or lease_namespace(),
-            LEASE_NAME,
-            identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}",
-            driver.start,
-            driver.stop,
-            lease_duration=lease_duration,
-            renew_deadline=renew_deadline,
-            retry_period=retry_period,
-            rejoin_after=rejoin_after,
+    def __init__(self, api: client.ApiClient, settings: DriverSettings = DriverSettings()) -> None:
+        self._api = api
+        self.settings = settings
+        self.namespace = settings.lease_namespace or lease_namespace()
+        self.name = LEASE_NAME
+        self.identity = (
+            settings.identity or f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         )
 
-    def start(self) -> None:
-        self.elector.start()
-
-    def stop(self) -> None:
-        self.elector.stop()
+    def __call__(
+        self, on_started: Callable[[], None], on_stopped: Callable[[], None]
+    ) -> LeaderElector:
+        return LeaderElector(
+            self._api,
+            self.namespace,
+            self.name,
+            self.identity,
+            on_started,
+            on_stopped,
+            lease_duration=self.settings.lease_duration,
+            renew_deadline=self.settings.renew_deadline,
+            retry_period=self.settings.retry_period,
+            rejoin_after=self.settings.rejoin_after,
+        )
 
 
 class _TemplateSpec(Model, frozen=True):

@@ -46,6 +46,7 @@ from sandboxctl.cli.options import (
     read_bounds,
     service_logging,
 )
+from sandboxctl.cli.running import run_until_stopped
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
     InventoryPoll,
@@ -64,7 +65,8 @@ from sandboxctl.cli.warmpools import (
     WarmPoolDriverFlag,
     WarmPoolSyncInterval,
     check_warm_pool_driver,
-    start_warm_pool_driver,
+    warm_pool_manager,
+    warm_pool_settings,
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
@@ -74,8 +76,9 @@ from sandboxctl.core.leases import (
     RETRY_PERIOD,
     WARM_POOL_SYNC_INTERVAL,
 )
+from sandboxctl.lifecycle import Group
 from sandboxctl.secretfiles import read_secret
-from sandboxctl.serving import bind, run_servers, tls_files
+from sandboxctl.serving import Served, bind, tls_files
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 
@@ -224,11 +227,11 @@ def serve_apiserver(
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
         e2b_sock = running.enter_context(bind(*e2b_address)) if e2b_address else None
         store = running.enter_context(mesh.store(rule))
-        start_warm_pool_driver(
-            running, mesh, store, warm_pool_driver, warm_pool_sync_interval,
-            leader_election_namespace, leader_election_lease_duration,
-            leader_election_renew_deadline, leader_election_retry_period, log,
+        driver = warm_pool_settings(
+            warm_pool_sync_interval, leader_election_namespace, leader_election_lease_duration,
+            leader_election_renew_deadline, leader_election_retry_period,
         )  # fmt: skip
+        manager = warm_pool_manager(mesh, store, warm_pool_driver, driver, log)
         url = server_url(host, port, tls=tls is not None)
         if kubeconfig_out is not None:
             ca = tls.cert_file.read_bytes() if tls is not None else None
@@ -246,11 +249,10 @@ def serve_apiserver(
             mesh.description,
             len(tokens) if tokens is not None else 0,
         )
-        # run_server has no shutdown hook, but the first thing uvicorn's shutdown does is
-        # close the listening socket: open watches end then, so a stop signal is not held
-        # up for as long as a watch may last (kubectl asks for 5 to 10 min).
+        # Open watches end as soon as the stop begins, so a stop signal is not held up for
+        # as long as a watch may last (kubectl asks for 5 to 10 min).
         app = create_kube_app(
-            store, None if delegated else tokens, stopping=lambda: sock.fileno() == -1
+            store, None if delegated else tokens, stopping=manager.stopping.is_set
         )
         if delegated is not None and isinstance(mesh, KubeSource):
             app = delegated.wrap(app, mesh)
@@ -260,7 +262,8 @@ def serve_apiserver(
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
             log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
             listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
-        run_servers(listeners, tls=tls, bounds=bounds)
+        manager.add(Served(listeners, tls=tls, bounds=bounds), Group.SERVERS)
+        run_until_stopped(manager)
 
 
 def e2b_settings(

@@ -26,6 +26,7 @@ from sandboxctl.cli.options import (
     read_bounds,
     service_logging,
 )
+from sandboxctl.cli.running import run_until_stopped
 from sandboxctl.cli.sources import (
     DEFAULT_POLL_INTERVAL,
     InventoryPoll,
@@ -37,9 +38,10 @@ from sandboxctl.cli.sources import (
 )
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_PUBLISH_INTERVAL, DEFAULT_STALE_AFTER, ReferenceMode
+from sandboxctl.lifecycle import Group, Manager
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.secretfiles import read_secret
-from sandboxctl.serving import bind, run_servers
+from sandboxctl.serving import Served, bind
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
 
@@ -102,4 +104,6 @@ def serve_proxy(
             mesh.description,
         )
         app = create_proxy_app(store, secret, domain.strip("."))
-        run_servers([(app, sock)], loop="uvloop", bounds=bounds)
+        manager = Manager()
+        manager.add(Served([(app, sock)], loop="uvloop", bounds=bounds), Group.SERVERS)
+        run_until_stopped(manager)

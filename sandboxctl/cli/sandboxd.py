@@ -174,7 +174,9 @@ def serve_sandboxd(
             network = sandbox_network(layout.path.name, sandbox_cidr, sandbox_dns, layout.path)
         agent = Agent(settings, sandboxes, network=network)
         collect = functools.partial(collect_gone, layout)  # once the start has succeeded
-        serve(agent, sock, token, destroy_on_exit, bounds, started=collect)
+        code = serve(agent, sock, token, destroy_on_exit, bounds, started=collect)
+    if code:
+        raise typer.Exit(code)
 
 
 def _runtime(name: RuntimeName) -> Runtime:

@@ -173,4 +173,6 @@ def serve(
         # The runtime dir is this start's from here on, a first start's build included:
         # no other start collects it while serve starts or runs (runtimedir.py).
         bound.enter_context(prepare(fleet.runtime))
-        run_fleet(fleet, rule, sockets)
+        code = run_fleet(fleet, rule, sockets)
+    if code:
+        raise typer.Exit(code)

@@ -1,11 +1,11 @@
-"""The warm-pool driver's flags on ``serve-apiserver``, and starting it under its Lease."""
+"""The warm-pool driver's flags on ``serve-apiserver``, and the process manager that runs
+it under its Lease."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +19,11 @@ from sandboxctl.core.leases import (
     RETRY_PERIOD,
     WARM_POOL_SYNC_INTERVAL,
 )
+from sandboxctl.lifecycle import Group, Manager
 from sandboxctl.store import SandboxStore
+
+if TYPE_CHECKING:  # loaded when used: the Kubernetes client costs every command's start
+    from sandboxctl.apiserver.warmpool import DriverSettings
 
 
 def _duration(flag: str, help_text: str, default: timedelta) -> Any:
@@ -85,39 +89,46 @@ def check_warm_pool_driver(
         raise ConfigurationError("--warm-pool-sync-interval must be positive")
 
 
-def start_warm_pool_driver(
-    running: contextlib.ExitStack,
-    source: MeshSource | KubeSource,
-    store: SandboxStore,
-    enabled: bool | None,
+def warm_pool_settings(
     interval: timedelta,
     namespace: str,
     lease_duration: timedelta,
     renew_deadline: timedelta,
     retry_period: timedelta,
-    log: logging.Logger,
-) -> None:
-    """Campaign for the driver's Lease (the driver runs while this replica leads), and
-    stop campaigning when ``running`` closes. Nothing with mesh mode unless asked (exit 2)."""
-    check_warm_pool_driver(source, enabled, interval)
-    if not isinstance(source, KubeSource) or enabled is False:
-        return
-    from sandboxctl.apiserver.warmpool import DriverElection, WarmPoolDriver
+) -> DriverSettings:
+    """The driver's flags as its settings."""
+    from sandboxctl.apiserver.warmpool import DriverSettings
 
-    driver = WarmPoolDriver(source.api, store, source.token, interval=interval)
-    election = DriverElection(
-        source.api,
-        driver,
-        namespace=namespace or None,
+    return DriverSettings(
+        interval=interval,
+        lease_namespace=namespace,
         lease_duration=lease_duration,
         renew_deadline=renew_deadline,
         retry_period=retry_period,
     )
-    election.start()
-    running.callback(election.stop)
+
+
+def warm_pool_manager(
+    source: MeshSource | KubeSource,
+    store: SandboxStore,
+    enabled: bool | None,
+    settings: DriverSettings,
+    log: logging.Logger,
+) -> Manager:
+    """The process manager of serve-apiserver: with the driver (``--source kube``, unless
+    ``--no-warm-pool-driver``) as its leader-elected part under the driver's Lease."""
+    from sandboxctl.apiserver.warmpool import DriverLease, WarmPoolDriver
+
+    check_warm_pool_driver(source, enabled, settings.interval)
+    if not isinstance(source, KubeSource) or enabled is False:
+        return Manager()
+    lease = DriverLease(source.api, settings)
+    manager = Manager(election=lease)
+    manager.add(WarmPoolDriver(source.api, store, source.token, settings), Group.LEADER_ELECTED)
     log.info(
         "warm-pool driver: campaigning for Lease %s/%s as %s",
-        election.elector.namespace,
-        election.elector.name,
-        election.elector.identity,
+        lease.namespace,
+        lease.name,
+        lease.identity,
     )
+    return manager

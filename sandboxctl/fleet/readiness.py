@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import ssl
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ import httpx
 
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.inventory.mesh import MeshInventorySource
+from sandboxctl.lifecycle import Stop
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import SandboxStore
 
@@ -37,7 +37,10 @@ Checks = dict[str, Callable[[], str | None]]
 
 
 class Readiness:
-    """Waits, off the serving thread, until every part answers; then says ``ready:``."""
+    """Waits, off the serving thread, until every part answers; then says ``ready:``.
+    A part of the fleet's process manager: it checks once and then waits for the stop."""
+
+    name = "readiness"
 
     def __init__(
         self,
@@ -46,7 +49,6 @@ class Readiness:
         store: SandboxStore,
         inventories: MeshInventorySource,
         root_token: str,
-        stopping: threading.Event,
         kube_ca: Path,
         timeout: float = READY_TIMEOUT,
     ) -> None:
@@ -55,11 +57,16 @@ class Readiness:
         self.store = store
         self.inventories = inventories
         self.root_token = root_token
-        self.stopping = stopping
+        self.stopping = Stop()  # the run's
         self.kube_ca = kube_ca  # the Sandbox API serves HTTPS with this certificate
         self.timeout = timeout
 
-    def run(self) -> None:
+    def run(self, stop: Stop) -> None:
+        self.stopping = stop
+        self.check()
+        stop.wait()
+
+    def check(self) -> None:
         deadline = time.monotonic() + self.timeout
         try:
             trust = ssl.create_default_context(cafile=str(self.kube_ca))

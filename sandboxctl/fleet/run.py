@@ -1,14 +1,14 @@
 """The one-host development fleet ``sandboxctl serve`` runs: one process holds the host
 agent, its HTTP API, the mesh inventory over that one agent, the sandbox store, the
 Kubernetes-style API, the e2b API and the envd proxy (all over the one store); every app
-is served by one uvicorn server (``run_servers``). See docs/serve.md."""
+is served by one uvicorn server (``serving.Served``), under one process manager
+(``lifecycle``). See docs/serve.md."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import socket
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,18 +22,20 @@ from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.templates import DEFAULT_TEMPLATE, HOST_ROOT
 from sandboxctl.fleet.certificate import fleet_certificate
-from sandboxctl.fleet.readiness import CHECK_TIMEOUT, Readiness, say
+from sandboxctl.fleet.readiness import Readiness, say
 from sandboxctl.fleet.state import (
     AGENT_DIR,
     ENV_FILE,
     KUBECONFIG_FILE,
     NAMESPACE,
     TOKEN_FILE,
+    Secrets,
     prepare_state_dir,
     write_client_files,
 )
 from sandboxctl.fleet.template import aliases, prepare_template
 from sandboxctl.inventory.mesh import MeshInventorySource
+from sandboxctl.lifecycle import STOP_SIGNALS, Group, Manager
 from sandboxctl.proxy import create_proxy_app
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app as create_agent_app
@@ -50,7 +52,7 @@ from sandboxctl.sandboxd.runtimedir import (
     runtime_dir,
 )
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
-from sandboxctl.serving import run_servers
+from sandboxctl.serving import Served, Tls
 from sandboxctl.serving.bounds import ReadBounds
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
@@ -107,11 +109,11 @@ class Fleet:
         return self.url(self.ports.sandboxd).removeprefix("http://")
 
 
-def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> None:
+def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> int:
     """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
     a stop signal; then stop every part, destroying the sandboxes unless asked not to.
-    The caller holds the owner lock of the fleet's runtime dir (``runtimedir.prepare``)."""
-    agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
+    The exit code (the process manager's). The caller holds the owner lock of the
+    fleet's runtime dir (``runtimedir.prepare``)."""
     template = prepare_template(fleet.template, fleet.template_store)  # first start: a build
     found = prepare_state_dir(fleet.state_dir)
     kube_tls = fleet_certificate(fleet.state_dir, fleet.host)
@@ -148,56 +150,68 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
     )
     inventories = MeshInventorySource([fleet.agent_addr], found.root_token, MESH_POLL)
     store = SandboxStore(inventories, rule, nodes=NodeAccess(found.root_token))
-    stopping = threading.Event()
-    readiness: threading.Thread | None = None
-    try:
-        agent.start()  # adopts what a --keep-sandboxes run left, and logs it
-        collect_gone(runtime)  # the start has succeeded: a refused one changes nothing
-        listeners: list[tuple[Any, socket.socket]] = [
-            (create_agent_app(agent, found.root_token), agent_sock),
-            # The first thing uvicorn's shutdown does is close the listening sockets:
-            # open watches end then, so a stop is not held up by a long watch.
-            (
-                create_kube_app(
-                    store, found.kube_tokens, stopping=lambda: kube_sock.fileno() == -1
-                ),
-                kube_sock,
-            ),
-        ]
-        config = E2bConfig(
-            domain=fleet.domain,
-            envd_secret=found.envd_secret,
-            api_keys=found.api_keys,
-            namespace=NAMESPACE,
-            aliases=aliases(fleet.template),
-        )
-        listeners.append((create_e2b_app(store, config), e2b_sock))
-        # The envd proxy over the same store: the SDK's envd calls (E2B_SANDBOX_URL).
-        listeners.append((create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock))
-        write_client_files(fleet, found, kube_tls.cert_file)
-        say(usage(fleet, template))
-        checks = Readiness(
-            fleet, agent, store, inventories, found.root_token, stopping, kube_tls.cert_file
-        )
-        readiness = threading.Thread(target=checks.run, name="sandboxctl-readiness", daemon=True)
-        readiness.start()
-        # A closed terminal stops the fleet like Ctrl-C (SIGHUP would end it at once and
-        # leave every sandbox running); run_servers handles SIGINT and SIGTERM.
-        signal.signal(signal.SIGHUP, lambda *_: signal.raise_signal(signal.SIGTERM))
-        run_servers(listeners, tls=kube_tls, tls_only=[kube_sock], bounds=fleet.bounds)
-        log.info("stopping")
-    finally:
-        stopping.set()
-        if readiness is not None:
-            readiness.join(timeout=CHECK_TIMEOUT + 5)
-        inventories.stop()
-        store.close()
-        destroy = not fleet.keep_sandboxes
-        agent.stop(destroy=destroy)
-        log.info(
-            "stopped; sandboxes %s",
-            "destroyed" if destroy else "left running (--keep-sandboxes)",
-        )
+    # A closed terminal stops the fleet like Ctrl-C (SIGHUP would end it at once and
+    # leave every sandbox running).
+    manager = Manager(signals=(*STOP_SIGNALS, signal.SIGHUP))
+    with manager:  # from here a signal stops the fleet in order; a second one ends it
+        try:
+            agent.start()  # adopts what a --keep-sandboxes run left, and logs it
+            collect_gone(runtime)  # the start has succeeded: a refused one changes nothing
+            served = _served(fleet, found, kube_tls, agent, store, manager, sockets)
+            manager.add(served, Group.SERVERS)
+            write_client_files(fleet, found, kube_tls.cert_file)
+            say(usage(fleet, template))
+            manager.add(
+                Readiness(fleet, agent, store, inventories, found.root_token, kube_tls.cert_file)
+            )
+            code = manager.run()
+            log.info("stopping")
+        finally:
+            _stop_parts(fleet, agent, store, inventories)
+    return code
+
+
+def _served(
+    fleet: Fleet,
+    found: Secrets,
+    kube_tls: Tls,
+    agent: Agent,
+    store: SandboxStore,
+    manager: Manager,
+    sockets: list[socket.socket],
+) -> Served:
+    """Every API of the fleet, on its socket: the agent's, the Sandbox API (HTTPS), the
+    e2b API and the envd proxy over the same store (the SDK's envd calls)."""
+    agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
+    config = E2bConfig(
+        domain=fleet.domain,
+        envd_secret=found.envd_secret,
+        api_keys=found.api_keys,
+        namespace=NAMESPACE,
+        aliases=aliases(fleet.template),
+    )
+    # Open watches end as soon as the stop begins, so they do not hold it up.
+    kube_app = create_kube_app(store, found.kube_tokens, stopping=manager.stopping.is_set)
+    listeners: list[tuple[Any, socket.socket]] = [
+        (create_agent_app(agent, found.root_token), agent_sock),
+        (kube_app, kube_sock),
+        (create_e2b_app(store, config), e2b_sock),
+        (create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock),
+    ]
+    return Served(listeners, tls=kube_tls, tls_only=[kube_sock], bounds=fleet.bounds)
+
+
+def _stop_parts(
+    fleet: Fleet, agent: Agent, store: SandboxStore, inventories: MeshInventorySource
+) -> None:
+    inventories.stop()
+    store.close()
+    destroy = not fleet.keep_sandboxes
+    agent.stop(destroy=destroy)
+    log.info(
+        "stopped; sandboxes %s",
+        "destroyed" if destroy else "left running (--keep-sandboxes)",
+    )
 
 
 # --- what to tell the user ------------------------------------------------------------

@@ -7,6 +7,7 @@ from sandboxctl.lifecycle.loop import Loop
 from sandboxctl.lifecycle.manager import (
     EXIT_FAILED,
     EXIT_STOPPED,
+    STOP_SIGNALS,
     Election,
     Group,
     Manager,
@@ -17,6 +18,7 @@ from sandboxctl.lifecycle.stop import Stop
 __all__ = [
     "EXIT_FAILED",
     "EXIT_STOPPED",
+    "STOP_SIGNALS",
     "Background",
     "Cache",
     "Election",

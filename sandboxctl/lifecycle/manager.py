@@ -70,7 +70,10 @@ class Manager:
         grace: timedelta = GRACE,
         cache_sync_timeout: timedelta = CACHE_SYNC_TIMEOUT,
         election: Election | None = None,
+        signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
     ) -> None:
+        """``signals``: what asks the orderly stop once the manager is entered."""
+        self._signals = signals
         self._grace = grace.total_seconds()
         self._sync_timeout = cache_sync_timeout.total_seconds()
         self._election = election
@@ -96,7 +99,7 @@ class Manager:
 
     def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
+            for sig in self._signals:
                 self._previous[sig] = signal.signal(sig, self._signalled)
         return self
 
@@ -113,7 +116,7 @@ class Manager:
     def _signalled(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping.is_set():
             os._exit(128 + signum)  # a second signal: no waiting for anything
-        log.info("stopping (%s)", signal.Signals(signum).name)
+        log.debug("stopping (%s)", signal.Signals(signum).name)
         self.stop()
 
     # --- running ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Serve one agent over HTTP until SIGTERM or SIGINT; sandboxes outlive the server."""
+"""Serve one agent over HTTP under a process manager until SIGTERM or SIGINT; sandboxes
+outlive the server."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import logging
 import socket
 from collections.abc import Callable
 
+from sandboxctl.lifecycle import Group, Manager
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.api import create_app
-from sandboxctl.serving import run_server
+from sandboxctl.serving import Served
 from sandboxctl.serving.bounds import ReadBounds
 
 log = logging.getLogger("sandboxctl.sandboxd")
@@ -21,9 +23,10 @@ def serve(
     destroy_on_exit: bool,
     bounds: ReadBounds | None = None,
     started: Callable[[], None] = lambda: None,
-) -> None:
+) -> int:
     """Adopt, call ``started``, serve on the bound ``sock`` within ``bounds``; on a stop
-    signal close the listener and stop the loops."""
+    signal close the listener and stop the loops. The exit code (the manager's). A signal
+    before the API listens has its default action (docs/sandboxd.md)."""
     report = agent.start()
     started()  # the start has succeeded: what only a successful start may change
     host, port = sock.getsockname()[:2]
@@ -37,8 +40,11 @@ def serve(
         len(report.adopted),
         len(report.cleaned),
     )
-    try:
-        run_server(create_app(agent, root_token), sock, bounds=bounds)
-    finally:
-        agent.stop(destroy=destroy_on_exit)
-        log.info("stopped; sandboxes %s", "destroyed" if destroy_on_exit else "left running")
+    manager = Manager()
+    manager.add(Served([(create_app(agent, root_token), sock)], bounds=bounds), Group.SERVERS)
+    with manager:
+        try:
+            return manager.run()
+        finally:
+            agent.stop(destroy=destroy_on_exit)
+            log.info("stopped; sandboxes %s", "destroyed" if destroy_on_exit else "left running")

@@ -1,10 +1,10 @@
-"""Run an ASGI app with uvicorn until SIGINT or SIGTERM, then return to the caller.
+"""Serve ASGI apps with uvicorn as a part of a process manager (``lifecycle``): a
+:class:`Served` runs until its stop, then shuts down gracefully and returns.
 
-uvicorn re-raises the stop signal once it has shut down, which ends the process before
-the caller can stop its own loops (and exits with -15, not 0). Every long-lived sandboxctl
-service serves through here instead, so shutdown code after it always runs, and every
-listener reads requests within the same bounds (``bounds.py``: a slow or silent client
-cannot hold a connection, nor a listener take more than its limit of them).
+uvicorn would take SIGINT and SIGTERM itself and re-raise them once shut down, ending the
+process before its other parts stop; here the manager takes them, and every listener
+reads requests within the same bounds (``bounds.py``: a slow or silent client cannot
+hold a connection, nor a listener take more than its limit of them).
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import ssl
-import threading
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.lifecycle import Background, Stop
 from sandboxctl.serving.bounds import (
     BoundedConfig,
     BoundedH11,
@@ -35,7 +34,6 @@ from sandboxctl.serving.bounds import (
 
 log = logging.getLogger("sandboxctl")
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # uvloop cuts the event loop's own cost per request, which is most of what a relay costs
 # (serve-proxy uses it); the agent keeps asyncio, whose subprocess start is much faster
 # than uvloop's, and every command envd runs is one.
@@ -44,10 +42,9 @@ SHUTDOWN_GRACE_SECONDS = 2
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: BoundedConfig, peers: Sequence[_Server] = ()) -> None:
+    def __init__(self, config: BoundedConfig) -> None:
         super().__init__(config)
         self.bounds = config.bounds
-        self.peers = peers  # servers in the same loop that stop when this one does
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         if self.config.ssl is not None:
@@ -56,20 +53,7 @@ class _Server(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        super().handle_exit(sig, frame)
-        for peer in self.peers:
-            peer.should_exit, peer.force_exit = self.should_exit, self.force_exit
+        yield  # the process manager takes the signals (lifecycle)
 
 
 def _bound_tls_handshakes(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
@@ -86,14 +70,6 @@ def _bound_tls_handshakes(loop: asyncio.AbstractEventLoop, seconds: float) -> No
         return create_server(*args, **kwargs)
 
     loop.create_server = bounded  # type: ignore[method-assign]
-
-
-class _Peer(_Server):
-    """A server that runs beside a :class:`_Server` in its loop and takes its signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -142,86 +118,85 @@ def tls_files(cert_file: Path | None, key_file: Path | None) -> Tls | None:
     return Tls(cert_file, key_file)
 
 
-def run_server(
-    app: Any, sock: socket.socket, loop: Loop = "asyncio", bounds: ReadBounds | None = None
-) -> None:
-    """Serve one app on a bound socket until a stop signal; returns after shutdown."""
-    run_servers([(app, sock)], loop, bounds=bounds)
+class Served:
+    """Each app served on its own bound socket, in one event loop, until the stop; then a
+    graceful shutdown. Requests go to the app of the socket they arrived on. With ``tls``
+    the sockets of ``tls_only`` (default: every one) serve HTTPS only, the others plain
+    HTTP (one uvicorn server for each kind, stopped together). Every socket reads
+    requests within ``bounds`` (default: the defaults of bounds.py), with at most its
+    ``max_connections`` at once, fewer when the open-file limit is short. The sockets are
+    closed when it returns."""
 
+    name = "http"
 
-def run_servers(
-    listeners: Sequence[tuple[Any, socket.socket]],
-    loop: Loop = "asyncio",
-    tls: Tls | None = None,
-    tls_only: Collection[socket.socket] | None = None,
-    bounds: ReadBounds | None = None,
-) -> None:
-    """Serve each app on its own bound socket, in one event loop, until a stop signal;
-    returns after a graceful shutdown. Requests go to the app of the socket they arrived
-    on. With ``tls`` the sockets of ``tls_only`` (default: every one) serve HTTPS only,
-    the others plain HTTP (one uvicorn server for each kind, stopped together). Every
-    socket reads requests within ``bounds`` (default: the defaults of bounds.py), with at
-    most its ``max_connections`` at once, fewer when the open-file limit is short."""
-    bounds = fit_open_files(bounds or ReadBounds(), len(listeners))
-    # By port: a socket bound to every address sees each local address a client picks.
-    by_port = {_address(sock)[1]: app for app, sock in listeners}
-    if len(by_port) < len(listeners):
-        raise ConfigurationError("two listeners of one process share a port")
+    def __init__(
+        self,
+        listeners: Sequence[tuple[Any, socket.socket]],
+        loop: Loop = "asyncio",
+        tls: Tls | None = None,
+        tls_only: Collection[socket.socket] | None = None,
+        bounds: ReadBounds | None = None,
+    ) -> None:
+        bounds = fit_open_files(bounds or ReadBounds(), len(listeners))
+        # By port: a socket bound to every address sees each local address a client picks.
+        self._by_port = {_address(sock)[1]: app for app, sock in listeners}
+        if len(self._by_port) < len(listeners):
+            raise ConfigurationError("two listeners of one process share a port")
+        self._first = listeners[0][0]
+        self.sockets = [sock for _, sock in listeners]
+        secure = (
+            [] if tls is None else [s for s in self.sockets if tls_only is None or s in tls_only]
+        )
+        plain = [sock for sock in self.sockets if sock not in secure]
+        groups = [(_config(self._dispatch, bounds, plain, loop), plain)]
+        groups.append((_config(self._dispatch, bounds, secure, loop, tls), secure))
+        self._groups = [(settings, group) for settings, group in groups if group]
 
-    async def dispatch(scope: Any, receive: Any, send: Any) -> None:
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         server = scope.get("server")
-        app = by_port.get(server[1]) if server else None
+        app = self._by_port.get(server[1]) if server else None
         if app is None:  # one listener, or a server address uvicorn did not give
-            app = listeners[0][0]
+            app = self._first
         await app(scope, receive, send)
 
-    def config(secure: Tls | None, group: Sequence[socket.socket]) -> BoundedConfig:
-        return _config(dispatch, bounds, group, loop, secure)
+    def run(self, stop: Stop) -> None:
+        servers = [_Server(settings) for settings, _ in self._groups]
 
-    sockets = [sock for _, sock in listeners]
-    secure = [] if tls is None else [s for s in sockets if tls_only is None or s in tls_only]
-    plain = [sock for sock in sockets if sock not in secure]
-    groups = [(config(None, plain), plain), (config(tls, secure), secure)]
-    groups = [(settings, group) for settings, group in groups if group]
-    peers = [_Peer(settings) for settings, _ in groups[1:]]
-    main = _Server(groups[0][0], peers)
-    with contextlib.ExitStack() as stack:
-        for sock in sockets:
-            stack.enter_context(sock)
-        if not peers:
-            main.run(sockets=groups[0][1])
-            return
+        def exit_all() -> None:
+            for server in servers:
+                server.should_exit = True  # uvicorn's loop sees it within 0.1 s
+
+        stop.on_set(exit_all)
 
         async def serve_all() -> None:
-            servers = [main, *peers]
             await asyncio.gather(
-                *(s.serve(sockets=g) for s, (_, g) in zip(servers, groups, strict=True))
+                *(s.serve(sockets=g) for s, (_, g) in zip(servers, self._groups, strict=True))
             )
 
-        with asyncio.Runner(loop_factory=groups[0][0].get_loop_factory()) as runner:
-            runner.run(serve_all())
+        with contextlib.ExitStack() as stack:
+            for sock in self.sockets:
+                stack.enter_context(sock)
+            with asyncio.Runner(loop_factory=self._groups[0][0].get_loop_factory()) as runner:
+                runner.run(serve_all())
 
 
-class InBackground:
-    """One app served on a thread of its own until :meth:`close`, for a service whose
-    main loop is not an event loop (the publisher's and the guard's ``/metrics``)."""
+class InBackground(Background):
+    """One app served on a thread of its own until :meth:`close`, for a service that
+    serves only on the side (the publisher's and the guard's ``/metrics``)."""
 
     def __init__(self, app: Any, sock: socket.socket, bounds: ReadBounds | None = None) -> None:
         self._sock = sock
-        settings = _config(app, fit_open_files(bounds or ReadBounds(), 1), [sock], "asyncio")
-        self._server = _Server(settings)  # takes no signals off the main thread
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="http", daemon=True
+        super().__init__(
+            Served([(app, sock)], bounds=bounds), join_timeout=SHUTDOWN_GRACE_SECONDS + 5
         )
-        self._thread.start()
+        self.start()
 
     @property
     def port(self) -> int:
         return _address(self._sock)[1]
 
     def close(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=SHUTDOWN_GRACE_SECONDS + 5)
+        self.stop()
         self._sock.close()
 
 

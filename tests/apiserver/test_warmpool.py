@@ -13,11 +13,12 @@ import pytest
 from kubernetes import client
 
 from sandboxctl.agentapi import AgentInfo, AgentUnreachable, PoolTarget
-from sandboxctl.apiserver.warmpool import DriverElection, WarmPoolDriver
+from sandboxctl.apiserver.warmpool import DriverLease, DriverSettings, WarmPoolDriver
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.lifecycle import EXIT_STOPPED, Group, Manager
 from sandboxctl.store import SandboxStore
 from tests.kubeapi.double import (
     Kube,
@@ -25,6 +26,7 @@ from tests.kubeapi.double import (
 from tests.sandboxd.servers import wait_until
 
 G, V = "extensions.agents.x-k8s.io", "v1beta1"
+FAST = DriverSettings(interval=timedelta(seconds=0.2))
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 BASE = PoolKey("base")
 PY = PoolKey("python", "egress", "medium")
@@ -136,9 +138,7 @@ def driver(
     kube: Kube, fleet: tuple[SandboxStore, MemoryInventorySource, ManualClock]
 ) -> Iterator[tuple[WarmPoolDriver, StandIns]]:
     agents = StandIns()
-    one = WarmPoolDriver(
-        kube.api, fleet[0], "root-token", interval=timedelta(seconds=0.2), agent_factory=agents
-    )
+    one = WarmPoolDriver(kube.api, fleet[0], "root-token", FAST, agent_factory=agents)
     yield one, agents
     one.stop()
 
@@ -190,9 +190,7 @@ def test_without_a_token_no_pools_are_set(
     agents = StandIns()
     add_template(kube, "base", "base")
     add_pool(kube, "small", "base", 3)
-    one = WarmPoolDriver(
-        kube.api, fleet[0], None, interval=timedelta(seconds=0.2), agent_factory=agents
-    )
+    one = WarmPoolDriver(kube.api, fleet[0], None, FAST, agent_factory=agents)
     one.start()
     try:
         wait_until(lambda: one.ticks >= 2, what="two ticks")
@@ -201,37 +199,48 @@ def test_without_a_token_no_pools_are_set(
     assert agents.puts == {}
 
 
+class Replica:
+    """One serve-apiserver's process manager, with the driver as its leader-elected part."""
+
+    def __init__(self, kube: Kube, store: SandboxStore, identity: str) -> None:
+        settings = DriverSettings(
+            interval=timedelta(seconds=0.2),
+            lease_namespace="sandbox-system",
+            identity=identity,
+            lease_duration=timedelta(seconds=1.5),
+            renew_deadline=timedelta(seconds=1),
+            retry_period=timedelta(seconds=0.2),
+            rejoin_after=timedelta(seconds=0.3),
+        )
+        self.driver = WarmPoolDriver(kube.api, store, "t", settings, agent_factory=StandIns())
+        self.manager = Manager(election=DriverLease(kube.api, settings))
+        self.manager.add(self.driver, Group.LEADER_ELECTED)
+        self.codes: list[int] = []
+        self._thread = threading.Thread(target=lambda: self.codes.append(self.manager.run()))
+        self._thread.start()
+
+    @property
+    def driving(self) -> bool:
+        return self.driver.running and self.driver.ticks > 0
+
+    def stop(self) -> None:
+        self.manager.stop()
+        self._thread.join(timeout=15)
+
+
 def test_only_the_lease_holder_drives(
     kube: Kube, fleet: tuple[SandboxStore, MemoryInventorySource, ManualClock]
 ) -> None:
-    timings = {
-        "lease_duration": timedelta(seconds=1.5),
-        "renew_deadline": timedelta(seconds=1),
-        "retry_period": timedelta(seconds=0.2),
-        "rejoin_after": timedelta(seconds=0.3),
-    }
-    elections = [
-        DriverElection(
-            kube.api,
-            WarmPoolDriver(
-                kube.api, fleet[0], "t", interval=timedelta(seconds=0.2), agent_factory=StandIns()
-            ),
-            namespace="sandbox-system",
-            identity=name,
-            **timings,
-        )
-        for name in ("one", "two")
-    ]
-    for election in elections:
-        election.start()
+    replicas = [Replica(kube, fleet[0], name) for name in ("one", "two")]
     try:
-        wait_until(lambda: any(e.driver.running for e in elections), what="a driver")
-        running = [e for e in elections if e.driver.running]
-        assert len(running) == 1
-        running[0].stop()
-        assert not running[0].driver.running
-        other = next(e for e in elections if e is not running[0])
-        wait_until(lambda: other.driver.running, timeout=10, what="the other replica's driver")
+        wait_until(lambda: any(r.driving for r in replicas), what="a driver")
+        driving = [r for r in replicas if r.driving]
+        assert len(driving) == 1
+        driving[0].stop()
+        assert driving[0].codes == [EXIT_STOPPED]
+        assert not driving[0].driving
+        other = next(r for r in replicas if r is not driving[0])
+        wait_until(lambda: other.driving, timeout=10, what="the other replica's driver")
     finally:
-        for election in elections:
-            election.stop()
+        for replica in replicas:
+            replica.stop()
