@@ -80,8 +80,8 @@ def better(figure: str, row: Row) -> Better:
     stem, _, unit = figure.rpartition("_")
     if figure.endswith("_per_s"):
         stem, unit = figure.removesuffix("_per_s"), "per_s"
-    elif not stem:
-        stem, unit = figure, ""
+    elif not stem:  # a bare unit ("ms") is a time or size too
+        stem, unit = figure, figure
     target = row.get("target")
     if isinstance(target, str):
         said = re.search(rf"\b{re.escape(stem)}\s*(<=?|>=?)", target)

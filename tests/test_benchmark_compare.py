@@ -41,6 +41,7 @@ def test_figures_are_the_numbers_but_sample_counts_and_verdicts() -> None:
     ("figure", "row", "expected"),
     [
         ("p50_ms", {}, "lower"),
+        ("ms", {}, "lower"),
         ("rss_mb", {}, "lower"),
         ("ops_per_s", {}, "higher"),
         ("ratio", {"target": "median ratio >= 0.8"}, "higher"),
