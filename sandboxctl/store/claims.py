@@ -175,28 +175,28 @@ class ClaimRouter:
     def owner(
         self, sandbox_id: SandboxId, may_probe: Callable[[], bool] = lambda: True
     ) -> Owner | None:
-        """The owner of a sandbox with its claim token: remembered, else the node the
-        inventories name (asked for its live row), else, when ``may_probe()`` allows, the
-        node a probe of every fresh node finds. None when no fresh node holds it or a
-        node could not say."""
+        """The owner of a sandbox with its claim token: remembered with it, else the
+        node the inventories name, else the node remembered without it (an e2b lookup's),
+        each asked for its live row; else, when ``may_probe()`` allows, the node a probe
+        of every fresh node finds. None when no fresh node holds it or a node could not
+        say."""
         found = self.cached_owner(sandbox_id)
         if found is not None:
             return found
         try:
-            located = self.locate_claim(sandbox_id, ask_nodes=False)
-            if located is not None:
-                row = self.read(located)
-            elif may_probe() and (hit := self.probe(sandbox_id)) is not None:
-                located, row = hit
-            else:
-                return None
+            hit = self._live_row(sandbox_id, may_probe)
         except SandboxctlError:
             return None
-        address = self._reads.address(located.node)
+        if hit is None:
+            return None
+        node, row = hit
+        address = self._reads.address(node)
         if address is None or not row.token:
             return None
-        owner = Owner(located.node, address, row.id).with_row(row)
-        return self._remember(self._reads.current(), sandbox_id, located, owner)
+        owner = Owner(node, address, row.id).with_row(row)
+        return self._remember(
+            self._reads.current(), sandbox_id, Located(node, entry_from_row(row)), owner
+        )
 
     def forget(self, sandbox_id: SandboxId) -> None:
         """Forget the sandbox's owner (its node refused the claim token, or failed)."""
@@ -351,6 +351,25 @@ class ClaimRouter:
 
     # --- internals -------------------------------------------------------------------
 
+    def _live_row(
+        self, sandbox_id: SandboxId, may_probe: Callable[[], bool]
+    ) -> tuple[str, SandboxRow] | None:
+        """The owning node and its live row of a sandbox, for ``owner``."""
+        located = self.locate_claim(sandbox_id, ask_nodes=False)
+        if located is not None:
+            return located.node, self.read(located)
+        remembered = self.owners.get(sandbox_id)
+        if remembered is not None:
+            node, claim_id = remembered.node, remembered.claim_id
+            row = self._live_on(
+                self._reads.current(), node, lambda c: _first_row(c.get, (claim_id,))
+            )
+            if row is not None:
+                return node, row
+        if may_probe() and (hit := self.probe(sandbox_id)) is not None:
+            return hit[0].node, hit[1]
+        return None
+
     def _granted_entry(
         self,
         granted: ClaimGrant,
@@ -410,9 +429,7 @@ class ClaimRouter:
                 self._forget(located)
             raise translated from error
 
-    def _live_on(
-        self, read: Read, node: str, ask: Callable[[AgentClient], Located | None]
-    ) -> Located | None:
+    def _live_on(self, read: Read, node: str, ask: Callable[[AgentClient], T | None]) -> T | None:
         if self._nodes is None:
             return None
         inventory = read.view.inventory(node)  # None when stale: a stale node is never asked

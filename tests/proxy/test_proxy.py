@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.model import Entry, NodeInventory
 from tests.apiserver.helpers import serving
 from tests.proxy.conftest import (
@@ -238,6 +239,29 @@ def test_an_unlisted_sandbox_is_found_by_a_probe_within_the_budget(
     assert "sandboxctl_envd_proxy_probes_total 1.0" in metrics
     assert 'sandboxctl_envd_proxy_requests_total{outcome="routed"} 2.0' in metrics
     assert 'sandboxctl_envd_proxy_requests_total{outcome="unknown"} 1.0' in metrics
+
+
+def test_an_owner_the_e2b_api_found_is_routed_to_without_a_probe(
+    fleet: Fleet, sdk_headers: Headers
+) -> None:
+    # One memory of owners per process: what an e2b lookup learnt by asking the nodes, the
+    # proxy of the same store routes by, spending no probe.
+    sandbox_id = SandboxId.parse(public(UNLISTED_2))
+    fleet.store.forget(sandbox_id)
+    try:
+        assert fleet.store.locate_claim(sandbox_id, "default") is not None  # asks the nodes
+        assert fleet.store.cached_owner(sandbox_id) is None  # no claim token yet
+        with (
+            serving(fleet.proxy(probe_rate=0.001, probe_burst=1)) as url,
+            httpx.Client(base_url=url, timeout=15) as client,
+        ):
+            response = client.get("/echo", headers=sdk_headers(UNLISTED_2))
+            assert response.status_code == 200, response.text
+            metrics = client.get("/metrics").text
+        assert "sandboxctl_envd_proxy_probes_total 0.0" in metrics
+        assert fleet.store.cached_owner(sandbox_id) is not None  # now with its token
+    finally:
+        fleet.store.forget(sandbox_id)
 
 
 def test_an_unreachable_node_is_502_with_the_same_body(sdk_headers: Headers) -> None:
