@@ -96,7 +96,18 @@ def create_kube_app(
     app = json_app("sandboxctl apiserver")
     watching = _Watching(watch_interval, bookmark_interval, stopping)
 
-    # --- health (no token needed) -------------------------------------------------------
+    _add_discovery(app)
+    _add_sandbox_routes(app, store, watching)
+
+    install_error_handlers(app, translate=_answer, unmatched=_unmatched)
+    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
+    if tokens is not None:  # None: authenticated outside it (delegated, behind aggregation)
+        app.add_middleware(Authenticated, tokens=tokens)  # outermost: before any body is read
+    return app
+
+
+def _add_discovery(app: FastAPI) -> None:
+    """Health (no token needed) and discovery: what kubectl and the clients read first."""
 
     @app.get("/healthz")
     @app.get("/livez")
@@ -145,7 +156,9 @@ def create_kube_app(
     def openapi_v3_group() -> dict[str, Any]:
         return discovery.openapi_v3_group()
 
-    # --- sandboxes ---------------------------------------------------------------------
+
+def _add_sandbox_routes(app: FastAPI, store: SandboxStore, watching: _Watching) -> None:
+    """The Sandbox resource: list and watch, get, create (a claim) and delete."""
 
     @app.get(f"{PREFIX}/{PLURAL}")
     async def list_all(request: Request) -> Response:
@@ -199,12 +212,6 @@ def create_kube_app(
         obj = store.object_of(located)
         await _call(store.release, located, details=_details(name))
         return answer(obj)
-
-    install_error_handlers(app, translate=_answer, unmatched=_unmatched)
-    app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
-    if tokens is not None:  # None: authenticated outside it (delegated, behind aggregation)
-        app.add_middleware(Authenticated, tokens=tokens)  # outermost: before any body is read
-    return app
 
 
 class DeleteOptions(Model, frozen=True):

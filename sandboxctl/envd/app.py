@@ -12,6 +12,7 @@ import base64
 import binascii
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,8 +52,7 @@ Authorize = Callable[[Request, str], bool]
 
 def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
     processes = ProcessService()
-    filesystem = FilesystemService()
-    watchers = WatchService()
+    rpcs = ConnectRpc(processes, FilesystemService(), WatchService())
 
     def target_of(request: Request) -> Target:
         return Target(sandboxes.running(request.path_params["sandbox_id"]))
@@ -109,73 +109,101 @@ def create_envd_app(sandboxes: Sandboxes, authorize: Authorize) -> Starlette:
     async def post_files(request: Request, target: Target) -> Response:
         return await files.write_files(target, request)
 
-    async def rpc(request: Request, target: Target) -> Response:
+    routes = [
+        Route(f"{PREFIX}/health", guarded(health, rpc=False), methods=["GET"]),
+        Route(f"{PREFIX}/files", guarded(get_files, rpc=False), methods=["GET"]),
+        Route(f"{PREFIX}/files", guarded(post_files, rpc=False), methods=["POST"]),
+        Route(f"{PREFIX}/{{service}}/{{method}}", guarded(rpcs, rpc=True), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.processes = processes
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectRpc:
+    """The Connect RPCs (``/{service}/{method}``): which service answers each, in which
+    form (a client stream, a server stream, or unary JSON)."""
+
+    processes: ProcessService
+    filesystem: FilesystemService
+    watchers: WatchService
+
+    async def __call__(self, request: Request, target: Target) -> Response:
         service = request.path_params["service"]
         method = request.path_params["method"]
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         deadline = deadline_of(request.headers)
-        if service == "process.Process" and method == "StreamInput":  # client streaming
-            if content_type != STREAM_CONTENT_TYPE:
-                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
+        if (service, method) == ("process.Process", "StreamInput"):  # client streaming
+            _require_stream(content_type)
             # The whole input is read (and written to the process) before the one answer.
-            taken = await processes.stream_input(target, read_envelopes(request.stream()))
+            taken = await self.processes.stream_input(target, read_envelopes(request.stream()))
             return ConnectStream(_only(taken))
         body = await _read_body(request)
-        if service == "process.Process" and method in ("Start", "Connect"):
-            if content_type != STREAM_CONTENT_TYPE:
-                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
+        if (service, method) in SERVER_STREAMS:
+            _require_stream(content_type)
             message = parse_envelope(body)
-            if method == "Start":
-                events = await processes.start(target, message, deadline)
-            else:
-                events = await processes.connect(target, message, deadline)
-            return ConnectStream(_safe(events))
-        if service == "filesystem.Filesystem" and method == "WatchDir":
-            if content_type != STREAM_CONTENT_TYPE:
-                raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
-            events = await watchers.watch_dir(target, parse_envelope(body), deadline)
-            return ConnectStream(_safe(events))
+            return ConnectStream(_safe(await self._stream(method, target, message, deadline)))
         if content_type != "application/json":
             return JSONResponse(
                 ConnectError("unimplemented", f"unsupported content type {content_type!r}").json(),
                 status_code=415,
             )
-        message = parse_json(body)
-        answer: dict[str, Any]
-        if service == "process.Process":
-            if method == "List":
-                answer = processes.list(target)
-            elif method == "SendSignal":
-                answer = await processes.send_signal(target, message)
-            elif method == "SendInput":
-                answer = await processes.send_input(target, message)
-            elif method == "CloseStdin":
-                answer = await processes.close_stdin(target, message)
-            elif method == "Update":
-                answer = await processes.update(target, message)
-            else:
-                raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
-        elif service == "filesystem.Filesystem" and method == "CreateWatcher":
-            answer = await watchers.create(target, message)
-        elif service == "filesystem.Filesystem" and method == "GetWatcherEvents":
-            answer = watchers.events(target, message)
-        elif service == "filesystem.Filesystem" and method == "RemoveWatcher":
-            answer = await watchers.remove(target, message)
-        elif service == "filesystem.Filesystem":
-            answer = await filesystem.call(target, method, message)
-        else:
-            raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
-        return JSONResponse(answer)
+        return JSONResponse(await self._unary(service, method, target, parse_json(body)))
 
-    routes = [
-        Route(f"{PREFIX}/health", guarded(health, rpc=False), methods=["GET"]),
-        Route(f"{PREFIX}/files", guarded(get_files, rpc=False), methods=["GET"]),
-        Route(f"{PREFIX}/files", guarded(post_files, rpc=False), methods=["POST"]),
-        Route(f"{PREFIX}/{{service}}/{{method}}", guarded(rpc, rpc=True), methods=["POST"]),
-    ]
-    app = Starlette(routes=routes)
-    app.state.processes = processes
-    return app
+    async def _stream(
+        self, method: str, target: Target, message: dict[str, Any], deadline: float | None
+    ) -> AsyncIterator[bytes]:
+        if method == "Start":
+            return await self.processes.start(target, message, deadline)
+        if method == "Connect":
+            return await self.processes.connect(target, message, deadline)
+        return await self.watchers.watch_dir(target, message, deadline)
+
+    async def _unary(
+        self, service: str, method: str, target: Target, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        if service == "process.Process":
+            return await self._process(method, target, message)
+        if service != "filesystem.Filesystem":
+            raise ConnectError("unimplemented", f"{service}/{method} is not implemented")
+        if method == "CreateWatcher":
+            return await self.watchers.create(target, message)
+        if method == "GetWatcherEvents":
+            return self.watchers.events(target, message)
+        if method == "RemoveWatcher":
+            return await self.watchers.remove(target, message)
+        return await self.filesystem.call(target, method, message)
+
+    async def _process(
+        self, method: str, target: Target, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        if method == "List":
+            return self.processes.list(target)
+        if method == "SendSignal":
+            return await self.processes.send_signal(target, message)
+        if method == "SendInput":
+            return await self.processes.send_input(target, message)
+        if method == "CloseStdin":
+            return await self.processes.close_stdin(target, message)
+        if method == "Update":
+            return await self.processes.update(target, message)
+        raise ConnectError("unimplemented", f"process.Process/{method} is not implemented")
+
+
+# The server-streaming RPCs: their one request comes as an envelope.
+SERVER_STREAMS = frozenset(
+    {
+        ("process.Process", "Start"),
+        ("process.Process", "Connect"),
+        ("filesystem.Filesystem", "WatchDir"),
+    }
+)
+
+
+def _require_stream(content_type: str) -> None:
+    if content_type != STREAM_CONTENT_TYPE:
+        raise ConnectError("unimplemented", f"unsupported content type {content_type!r}")
 
 
 def requested_user(request: Request) -> str | None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response, params
 from fastapi.exceptions import RequestValidationError
 from msgspec import UNSET
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -71,6 +71,7 @@ MAX_BODY_BYTES = 1 << 20
 RUNTIME_FAILED = "the sandbox runtime failed on this node (its log says why)"
 ENVD_PATH = re.compile(PATH_PATTERN)
 log = logging.getLogger("sandboxctl.sandboxd")
+Dependencies = list[params.Depends]  # a route's ``dependencies=``: who may call it
 
 
 class AgentAnswer(HttpError):
@@ -107,6 +108,27 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
 
     as_root = [Depends(root)]
     as_root_or_sandbox = [Depends(root_or_sandbox)]
+
+    _add_sandbox_routes(app, agent, as_root, as_root_or_sandbox)
+    _add_observing_routes(app, agent, metrics, as_root)
+
+    install_error_handlers(
+        app,
+        translate=_answer,
+        unmatched=lambda status, detail: AgentAnswer(status, detail.lower()),
+    )
+    app.add_middleware(Counting, metrics=metrics)
+    # envd streams large bodies both ways: it bypasses the body cap and the middleware
+    envd = create_envd_app(AgentSandboxes(agent), may_act_on)
+    app.state.envd = envd
+    ports = GuestPorts(agent, may_act_on)
+    return BodyLimit(app, envd=envd, ports=ports)  # type: ignore[return-value]
+
+
+def _add_sandbox_routes(
+    app: FastAPI, agent: Agent, as_root: Dependencies, as_root_or_sandbox: Dependencies
+) -> None:
+    """The agent's sandboxes: read them, claim one, and what its holder may do to it."""
 
     @app.get("/v1/info", dependencies=as_root)
     def info() -> Response:
@@ -156,6 +178,12 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
         agent.wake(sandbox_id)
         return no_content()
 
+
+def _add_observing_routes(
+    app: FastAPI, agent: Agent, metrics: AgentMetrics, as_root: Dependencies
+) -> None:
+    """What the agent saw: usage, logs and metrics; and the network and pool settings."""
+
     @app.get("/v1/sandboxes/{sandbox_id}/metrics", dependencies=as_root)
     def sandbox_usage(
         sandbox_id: str, start: float | None = None, end: float | None = None, latest: bool = False
@@ -192,18 +220,6 @@ def create_app(agent: Agent, root_token: str | None) -> FastAPI:
     @app.get("/metrics", dependencies=as_root)
     def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
-
-    install_error_handlers(
-        app,
-        translate=_answer,
-        unmatched=lambda status, detail: AgentAnswer(status, detail.lower()),
-    )
-    app.add_middleware(Counting, metrics=metrics)
-    # envd streams large bodies both ways: it bypasses the body cap and the middleware
-    envd = create_envd_app(AgentSandboxes(agent), may_act_on)
-    app.state.envd = envd
-    ports = GuestPorts(agent, may_act_on)
-    return BodyLimit(app, envd=envd, ports=ports)  # type: ignore[return-value]
 
 
 def sandbox_row(record: SandboxRecord, with_token: bool = False) -> SandboxRow:
