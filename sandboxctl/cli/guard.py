@@ -8,8 +8,8 @@ costs the other verbs' start otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import signal
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -54,6 +54,7 @@ from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, SandboxctlError
 from sandboxctl.core.names import REPORTS_API_VERSION
 from sandboxctl.guard.pods import OVERRIDE_LABEL
+from sandboxctl.lifecycle import Manager
 
 EXIT_SOME_FAILED = 1
 DEFAULT_LISTEN = "127.0.0.1:9467"
@@ -156,9 +157,12 @@ def run(
         printer=typer.echo,
     )
     http = GuardHttp(metrics.registry, guard.status, lambda: guard.ready)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: guard.stop())
-    try:
+    manager = Manager()
+    manager.stopping.on_set(guard.stop)  # a signal during the first sync ends it too
+    with manager, contextlib.ExitStack() as running:
+        running.callback(api.close)
+        running.callback(http.close)
+        running.callback(guard.close)
         bound = http.serve(host, port)
         log.info(
             "event=starting namespace=%s selector=%r source=%s interval=%s dry_run=%s "
@@ -169,14 +173,13 @@ def run(
         if not guard.start():
             return
         guard.gate()
-        guard.run()
+        manager.add(guard)
+        code = manager.run()
         log.info(
             "event=stopped (annotations are left as they are: guard-workers clear removes them)"
         )
-    finally:
-        guard.close()
-        http.close()
-        api.close()  # type: ignore[no-untyped-call]
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("audit-nodepools")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -13,8 +11,10 @@ import typer
 from sandboxctl.agentapi.client import AgentClient
 from sandboxctl.cli.addresses import parse_listen
 from sandboxctl.cli.options import Kubeconfig, parse_duration_flag, service_logging
+from sandboxctl.cli.running import run_until_stopped
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.lifecycle import Manager
 from sandboxctl.secretfiles import read_secret
 
 EXIT_NOT_PUBLISHED = 1
@@ -115,16 +115,11 @@ def publish(
             host,
             bound,
         )
-        stopping = threading.Event()
-        _stop_on_signals(stopping)
-        publisher.run(stopping)
+        manager = Manager()
+        manager.add(publisher)
+        run_until_stopped(manager)
         log.info("stopped; the NodeInventory of %s is left in place", node)
     finally:
         metrics.close()
         agent.close()
         api.close()  # type: ignore[no-untyped-call]
-
-
-def _stop_on_signals(stopping: threading.Event) -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())

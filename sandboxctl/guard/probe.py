@@ -4,7 +4,7 @@ Every ``interval`` each guarded pod is probed (at most ``concurrency`` at once, 
 ``timeout``) at the template filled with its ``{name}``, ``{namespace}``, ``{ip}``,
 ``{node}`` and ``{uid}``. A 2xx answer ``{"busy": bool}`` and/or ``{"queries": n}`` is
 busy when ``busy`` is true or ``queries`` is positive: a running query, not merely an open
-session, so an idle-held connection does not pin its node (#13).
+session, so an idle-held connection does not pin its node.
 
 This is also the health guard's probe-mode loop (``health``): a failed probe keeps the
 last reading; at ``threshold`` failures in a row the worker is judged. A busy Terminating
@@ -12,7 +12,7 @@ worker is **deferred** until its drain deadline and then declared **lost**; an i
 Terminating one and an unresponsive live one are lost at once. A lost worker reads idle
 (its work is gone), so its annotation is cleared; a Terminating pod is never patched
 anyway. A pod that leaves the cache (deleted, or relabelled out of the selector) is
-forgotten quietly: leaving the selector is not dying (#4), and the guard never deletes.
+forgotten quietly: leaving the selector is not dying, and the guard never deletes.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from sandboxctl.guard.busy import Changed, ignore_change
 from sandboxctl.guard.decide import Busy
 from sandboxctl.guard.health import HEALTHY, Deferred, Healthy, Lost, Verdict, judge
 from sandboxctl.guard.pods import PodView
+from sandboxctl.lifecycle import Background, Loop
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +96,18 @@ class ProbeSource:
         self._states: dict[str, ProbeState] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
-        self._stopping = threading.Event()
+        self._background = Background(
+            Loop("guard-probe", self._round, timedelta(seconds=interval), logger=log)
+        )
         self._changed: Changed = ignore_change
-        self._thread: threading.Thread | None = None
         self.rounds = 0
 
     def start(self, changed: Changed) -> None:
         self._changed = changed
-        self._thread = threading.Thread(target=self._loop, name="guard-probe", daemon=True)
-        self._thread.start()
+        self._background.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._background.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._client.close()
 
@@ -135,11 +134,9 @@ class ProbeSource:
 
     # --- the loop -------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            if self.probe_round():
-                self._changed()
-            self._stopping.wait(self.interval)
+    def _round(self) -> None:
+        if self.probe_round():
+            self._changed()
 
     def probe_round(self) -> bool:
         """Probe every pod once and judge the failing ones; True when a reading changed."""

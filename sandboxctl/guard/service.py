@@ -3,7 +3,7 @@ the reconcile loop and the status the HTTP endpoint serves.
 
 Order of a start: the pod (and node) informers and the busy source start; nothing is
 decided until all of them have synced (a cold cache makes busy pods look unannotated and
-Terminating pods look alive, #1); then the NodePool audit runs, and a FAIL refuses to
+Terminating pods look alive); then the NodePool audit runs, and a FAIL refuses to
 stamp (one line, exit 2) unless ``--allow-unbounded``; then the loop reconciles every
 ``interval``, and at once whenever a guarded pod, a node's disruption taint or a busy
 reading changes (coalesced, at most one tick per ``MIN_SPACING``).
@@ -12,7 +12,6 @@ reading changes (coalesced, at most one tick per ``MIN_SPACING``).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -34,10 +33,11 @@ from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.guard.status import status_document
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
 from sandboxctl.kube.informer import DELETED
+from sandboxctl.lifecycle import Loop, Stop
 
 log = logging.getLogger(__name__)
 
-MIN_SPACING = 0.05  # seconds between two ticks, so an event storm costs few ticks
+MIN_SPACING = timedelta(milliseconds=50)  # between two ticks, so an event storm costs few ticks
 SYNC_TIMEOUT = timedelta(minutes=2)
 SYNC_POLL = 0.1  # seconds: how often a start waiting for the caches checks for stop()
 
@@ -55,6 +55,8 @@ class UnboundedRefusal(ConfigurationError):
 
 
 class Guard:
+    name = "guard"
+
     def __init__(
         self,
         settings: GuardSettings,
@@ -78,8 +80,16 @@ class Guard:
         self._max_roll = max_roll
         self._allow_unbounded = allow_unbounded
         self._sync_timeout = sync_timeout
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
+        self._stopping = Stop()
+        self._loop = Loop(
+            "guard tick",
+            self._tick,
+            settings.interval,
+            spacing=MIN_SPACING,
+            logger=log,
+            failed="event=tick-failed",
+            monotonic=self._clock.monotonic,
+        )
         self._disrupted: dict[str, bool] = {}
         self.pods = Informer(
             CoreObjects(api, PODS),
@@ -196,29 +206,22 @@ class Guard:
                 )
         return report
 
-    def run(self) -> None:
-        """Reconcile until ``stop()`` (a signal handler calls it)."""
-        interval = self.settings.interval.total_seconds()
-        next_tick = self._clock.monotonic()
-        while not self._stopping.is_set():
-            self._wake.wait(max(0.0, next_tick - self._clock.monotonic()))
-            if self._stopping.is_set():
-                break
-            self._wake.clear()
-            try:
-                self.reconciler.tick()
-            except Exception:  # one bad tick must not end the guard
-                log.exception("event=tick-failed")
-            next_tick = self._clock.monotonic() + interval
-            self._stopping.wait(MIN_SPACING)
+    def run(self, stop: Stop | None = None) -> None:
+        """Reconcile at once, then every interval and on every change, until ``stop()``
+        or ``stop`` is set (a runnable of the process manager: ``lifecycle``)."""
+        if stop is not None:
+            stop.on_set(self.stop)
+        self._loop.run(self._stopping)
+
+    def _tick(self) -> None:
+        self.reconciler.tick()
 
     def stop(self) -> None:
-        """End ``run`` (safe from a signal handler: it only sets events)."""
+        """End ``start``'s wait for the caches and ``run`` (safe from a signal handler)."""
         self._stopping.set()
-        self._wake.set()
 
     def wake(self) -> None:
-        self._wake.set()
+        self._loop.wake()
 
     def close(self) -> None:
         self.stop()
@@ -231,7 +234,7 @@ class Guard:
     # --- events ---------------------------------------------------------------------------
 
     def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
-        self._wake.set()
+        self._loop.wake()
 
     def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")
@@ -241,14 +244,14 @@ class Guard:
         )
         if self._disrupted.get(name, False) != disrupted:
             self._disrupted[name] = disrupted
-            self._wake.set()
+            self._loop.wake()
 
     def _verdict(self, pod: PodView, verdict: Verdict) -> None:
         if isinstance(verdict, Deferred):
             self.metrics.drains_deferred.inc()
         elif isinstance(verdict, Lost):
             self.metrics.workers_lost.labels(verdict.reason.value).inc()
-        self._wake.set()
+        self._loop.wake()
 
     # --- status ---------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 Polled on its own thread every ``interval``. Keys are a pod's ``name`` (any namespace) or
 ``namespace/name``; a pod the answer does not name has no sessions. A negative count is
 read as 0 and logged (a release without its acquire must not make a worker look busy, or
-idle, forever: #14). While the last poll failed every reading is ``UNKNOWN``: the guard
+idle, forever). While the last poll failed every reading is ``UNKNOWN``: the guard
 changes nothing on stale data, so a sessions outage neither stamps nor clears.
 """
 
@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from datetime import timedelta
 
 import httpx
 
 from sandboxctl.guard.busy import Changed, ignore_change
 from sandboxctl.guard.decide import Busy
 from sandboxctl.guard.pods import PodView
+from sandboxctl.lifecycle import Background, Loop
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +58,20 @@ class SessionsSource:
         self._counts: Mapping[str, int] = {}
         self._ok = False
         self._synced = threading.Event()
-        self._stopping = threading.Event()
+        self._background = Background(
+            Loop("guard-sessions", self._round, timedelta(seconds=interval), logger=log)
+        )
         self._changed: Changed = ignore_change
-        self._thread: threading.Thread | None = None
         self.polls = 0
         self.failures = 0
         self.last_error = ""
 
     def start(self, changed: Changed) -> None:
         self._changed = changed
-        self._thread = threading.Thread(target=self._loop, name="guard-sessions", daemon=True)
-        self._thread.start()
+        self._background.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._background.stop()
         self._client.close()
 
     def wait_synced(self, timeout: float) -> bool:
@@ -100,11 +100,9 @@ class SessionsSource:
         self._synced.set()
         return changed
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            if self.poll():
-                self._changed()
-            self._stopping.wait(self.interval)
+    def _round(self) -> None:
+        if self.poll():
+            self._changed()
 
     def _count(self, pod: PodView) -> int | None:
         counts = self._counts

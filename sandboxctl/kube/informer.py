@@ -38,6 +38,7 @@ import tenacity
 
 from sandboxctl.kube.errors import KubeError, KubeExpired, kube_error
 from sandboxctl.kube.resources import CustomObjects, WatchStream
+from sandboxctl.lifecycle import Loop, Stop
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Informer:
         self._cache_lock = threading.Lock()
         self._deliver_lock = threading.Lock()  # handlers run one at a time
         self._cursor: str | None = None
-        self._stopping = threading.Event()
+        self._stopping = Stop()
         self._synced = threading.Event()
         self._watcher: WatchStream | None = None
         self._threads: list[threading.Thread] = []
@@ -137,9 +138,14 @@ class Informer:
             threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
         )
         if self._resync is not None:
+            resync = Loop(f"informer {self.name} resync", self._resync_once, self._resync,
+                          immediately=False, logger=log)  # fmt: skip
             self._threads.append(
-                threading.Thread(target=self._resync_loop, name=f"resync-{self.name}", daemon=True)
-            )
+                threading.Thread(
+                    target=resync.run, args=(self._stopping,), name=f"resync-{self.name}",
+                    daemon=True,
+                )
+            )  # fmt: skip
         for thread in self._threads:
             thread.start()
 
@@ -162,7 +168,7 @@ class Informer:
                 wait=tenacity.wait_exponential_jitter(
                     multiplier=initial, max=maximum, jitter=initial
                 ),
-                stop=tenacity.stop_when_event_set(self._stopping),
+                stop=tenacity.stop_when_event_set(self._stopping),  # type: ignore[arg-type]
                 sleep=self._pause,
                 before_sleep=self._failed,
                 reraise=True,
@@ -268,12 +274,10 @@ class Informer:
     def _pause(self, seconds: float) -> None:
         self._stopping.wait(seconds)
 
-    def _resync_loop(self) -> None:
-        assert self._resync is not None
-        while not self._stopping.wait(self._resync.total_seconds()):
-            if self._synced.is_set():
-                for obj in self.items():
-                    self._deliver(SYNC, obj)
+    def _resync_once(self) -> None:
+        if self._synced.is_set():
+            for obj in self.items():
+                self._deliver(SYNC, obj)
 
     def _failed(self, state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None

@@ -36,6 +36,7 @@ from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.model import NodeInventory, inventory_to_object
 from sandboxctl.kube.errors import KubeError
 from sandboxctl.kube.resources import CustomObjects
+from sandboxctl.lifecycle import Loop, Stop
 from sandboxctl.publisher.metrics import AGENT, API, PublishMetrics
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ def published_object(inventory: NodeInventory) -> dict[str, Any]:
 
 
 class Publisher:
+    name = "publisher"
+
     def __init__(
         self,
         node: str,
@@ -133,17 +136,17 @@ class Publisher:
             self._failing = None
         return Result(Outcome.PUBLISHED, inventory=inventory)
 
-    def publish(self, stopping: threading.Event | None = None) -> Result:
+    def publish(self, stopping: Stop | threading.Event | None = None) -> Result:
         """One publish, retrying an API failure the server may recover from with
         exponential backoff for up to one interval."""
-        stopping = stopping or threading.Event()
+        stopping = stopping or Stop()
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(_Retry),
             wait=tenacity.wait_exponential_jitter(
                 multiplier=self._backoff, max=self.interval.total_seconds(), jitter=self._backoff
             ),
             stop=tenacity.stop_after_delay(self.interval.total_seconds())
-            | tenacity.stop_when_event_set(stopping),
+            | tenacity.stop_when_event_set(stopping),  # type: ignore[arg-type]
             sleep=lambda seconds: _pause(stopping, seconds),
             reraise=True,
         )
@@ -152,13 +155,9 @@ class Publisher:
         except _Retry as gave_up:
             return gave_up.result
 
-    def run(self, stopping: threading.Event) -> None:
-        """Publish at once, then every interval, until ``stopping`` is set."""
-        interval = self.interval.total_seconds()
-        while not stopping.is_set():
-            next_tick = time.monotonic() + interval
-            self.publish(stopping)
-            stopping.wait(max(0.0, next_tick - time.monotonic()))
+    def run(self, stop: Stop) -> None:
+        """Publish at once, then every interval, until ``stop`` (a runnable: ``lifecycle``)."""
+        Loop(f"publish of node {self.node}", lambda: self.publish(stop), self.interval).run(stop)
 
     def _failed(self, outcome: Outcome, reason: str) -> Result:
         if self._failing != outcome.value:
@@ -168,7 +167,7 @@ class Publisher:
         return Result(outcome, reason)
 
 
-def _pause(stopping: threading.Event, seconds: float) -> None:
+def _pause(stopping: Stop | threading.Event, seconds: float) -> None:
     stopping.wait(seconds)
 
 
