@@ -10,7 +10,7 @@
 - ``refused (401) per request``: a request with an unknown token, answered by the
   middleware itself.
 
-The figure the hardening issue asks for is the per-request difference, in microseconds.
+The figure that matters is the per-request difference, in microseconds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``sandboxctl lanes list|run``: the fault lanes of fleet.md section 11, run on a kit,
+"""``sandboxctl lanes list|run``: the fault lanes (docs/lanes.md), run on a kit,
 PASS or FAIL with the figure each measured. See docs/lanes.md.
 
 ``run`` exits 0 when every selected lane passes, 1 when one fails (a kit that did not come
@@ -24,7 +24,7 @@ EXIT_LANE_FAILED = 1
 
 app = typer.Typer(
     name="lanes",
-    help="The fault lanes (fleet.md section 11): list them, or run them on a kit.",
+    help="The fault lanes (docs/lanes.md): list them, or run them on a kit.",
     no_args_is_help=True,
 )
 

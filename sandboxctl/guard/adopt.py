@@ -1,4 +1,4 @@
-"""Adoption: a conditional relabel of a worker pod's owner label (§2.5, §6.2 #3).
+"""Adoption: a conditional relabel of a worker pod's owner label.
 
 The pod is read, then merge-patched with the resourceVersion it was read at, so the
 server refuses the write (409) if anything changed in between. On 409 the pod is read
@@ -6,7 +6,7 @@ again and the decision is made again: if its owner is no longer the one first se
 newer owner took it meanwhile), adoption gives up rather than overwrite it. So a delayed
 relabel from an earlier owner can never overwrite a newer one. A Terminating pod is never
 adopted: new work must not go to a pod that is shutting down. Only the owner label
-changes; every other label (worker id, version) stays as it was (#16).
+changes; every other label (worker id, version) stays as it was.
 """
 
 from __future__ import annotations

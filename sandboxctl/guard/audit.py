@@ -17,7 +17,7 @@ long as the annotation stays (KP4) and expiry leaves it half-drained forever (KP
 | WARN | nodepool-missing | a relevant NodePool does not exist |
 | INFO | budgets, consolidation, worst-case-roll, disrupted-nodes, drifted-claims | always |
 
-Worst-case roll time = ceil(busy nodes / effective Drifted budget) x TGP (§4.2): once TGP
+Worst-case roll time = ceil(busy nodes / effective Drifted budget) x TGP: once TGP
 is set a busy drifted node holds its Drifted slot while it drains.
 """
 

@@ -4,14 +4,14 @@ sources that need no network of their own.
 A source answers from memory (``reading`` is called for every pod on every tick and
 must not block); whatever it polls, it polls on its own thread, and it calls ``changed``
 when a reading may have flipped so the reconciler runs at once instead of at its next
-tick (§6.2 #9). ``UNKNOWN`` means "do not change anything on my account".
+tick. ``UNKNOWN`` means "do not change anything on my account".
 
 * ``AnnotationSource`` (``--busy-source annotation=KEY``): workers report on their own
   pod; a positive count, ``true`` or ``busy`` is busy; ``0``, ``false``, ``idle`` or no
   annotation is idle; anything else is unknown. The pod's events already wake the
   reconciler, so this source needs no thread;
 * ``CountingSource``: sessions counted in this process (an embedder's acquire and
-  release), clamped at zero so a release without an acquire cannot underflow (#14).
+  release), clamped at zero so a release without an acquire cannot underflow.
 """
 
 from __future__ import annotations

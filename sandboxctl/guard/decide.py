@@ -3,7 +3,7 @@
 Pure: the pod's view, its busy reading, this instance's memory of it and the monotonic
 time go in; a decision comes out. Desired state is compared with the **observed**
 annotation (the informer's copy of the pod), never with what this instance remembers
-writing, so any instance clears a stale ``"true"`` an earlier one left (failover, §2.4).
+writing, so any instance clears a stale ``"true"`` an earlier one left (failover).
 
 The rule, in order:
 

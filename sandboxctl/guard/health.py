@@ -2,7 +2,7 @@
 
 Pure. A worker whose pod is being deleted stops answering health checks while it still
 drains its work (the incident: gRPC GracefulStop refuses new RPCs, probes included, while
-streams go on). Declaring it lost then kills that work (§2.3). So, once a worker has
+streams go on). Declaring it lost then kills that work. So, once a worker has
 failed ``threshold`` checks in a row:
 
 * busy and Terminating: **deferred** until its drain deadline, ``deletionTimestamp`` (which

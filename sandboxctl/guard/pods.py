@@ -22,7 +22,7 @@ DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 OVERRIDE_LABEL: Final = "sandbox.cocoonstack.io/guard"
 DEFAULT_POD_GRACE_SECONDS: Final = 30  # a pod without terminationGracePeriodSeconds (KP13)
-WORKER_GRACE_SECONDS: Final = 600  # a worker's drain window on SIGTERM (§2.2)
+WORKER_GRACE_SECONDS: Final = 600  # a worker's drain window on SIGTERM
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -68,7 +68,7 @@ class PodView:
 
     @property
     def annotated(self) -> bool:
-        """Exactly ``"true"``: any other value counts as unannotated (§2.1)."""
+        """Exactly ``"true"``: any other value counts as unannotated."""
         return self.annotation == VALUE
 
 
@@ -135,7 +135,7 @@ def born_guarded(
     annotation: str = ANNOTATION,
 ) -> dict[str, Any]:
     """A worker pod manifest as it should be created: already annotated (so the spawn
-    window before the first tick is covered, #9; the guard clears it once the pod is idle)
+    window before the first tick is covered; the guard clears it once the pod is idle)
     and with a real drain window on SIGTERM, unless the manifest sets its own."""
     out = copy.deepcopy(dict(manifest))
     meta = out.setdefault("metadata", {})

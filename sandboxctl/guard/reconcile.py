@@ -11,7 +11,7 @@ then send the few merge patches the decisions ask for.
   another pod) re-reads the pod and decides again, at most ``conflict_retries`` times
   with jitter; anything else (429, 5xx, a timeout, no answer) backs off per pod,
   exponentially. Nothing here ever holds the busy source's lock during a call.
-* State is kept by pod UID, so a pod recreated under the same name starts clean (#15).
+* State is kept by pod UID, so a pod recreated under the same name starts clean.
 * ``dry_run`` prints each patch it would send, once per pod version, and sends nothing.
 """
 
@@ -67,7 +67,7 @@ class Cache(Protocol):
 
 
 class NotSynced(RuntimeError):
-    """The caches have not synced: a cold cache must not answer (#1)."""
+    """The caches have not synced: a cold cache must not answer."""
 
 
 class ViewCache(Generic[V]):
@@ -177,8 +177,8 @@ class Reconciler:
 
     def is_terminating(self, namespace: str, name: str) -> bool:
         """Whether the guarded pod ``namespace/name`` is Terminating, from the cache. A
-        missing pod or an empty name is not (§6.1); before the cache synced this raises
-        NotSynced rather than answer "no" and fail open (#1)."""
+        missing pod or an empty name is not; before the cache synced this raises
+        NotSynced rather than answer "no" and fail open."""
         if not self._pods.synced:
             raise NotSynced("the pod cache has not synced")
         if not name:
@@ -193,7 +193,7 @@ class Reconciler:
 
     def tick(self) -> TickReport:
         """One pass over every guarded pod. Refuses to run before the caches have synced:
-        a cold cache makes every busy pod look unannotated (#1)."""
+        a cold cache makes every busy pod look unannotated."""
         if not self.synced:
             raise NotSynced("the reconciler ran before the informers synced")
         with self._lock:
@@ -447,7 +447,7 @@ class Reconciler:
             out[pod.uid] = (busy, decision)
         return out
 
-    # --- embedders: stamp on acquire, before the worker is handed out (#9) ------------------
+    # --- embedders: stamp on acquire, before the worker is handed out -----------------------
 
     def ensure(self, namespace: str, name: str) -> Decision | None:
         """Decide for one pod now and, when a change is due, send it and wait for it. None

@@ -69,7 +69,7 @@ class GuardSettings:
         if self.owner_label is not None:
             keys = {requirement.key for requirement in selector.requirements}
             if self.owner_label in keys:
-                # One label, one meaning (#16): the owner label says who writes, nothing else.
+                # One label, one meaning: the owner label says who writes, nothing else.
                 raise ConfigurationError(
                     f"--selector must not constrain the owner label {self.owner_label!r}: "
                     "--owner-label alone chooses the owner's pods"

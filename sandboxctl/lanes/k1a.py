@@ -1,18 +1,19 @@
-"""K1A-01 to K1A-09: lane (a) of the reference's K1 kit (fleet.md §11.2), a dead host.
+"""K1A-01 to K1A-09: lane (a) of the K1 kit (docs/lanes.md), a dead host.
 
-Seven fresh sandboxes are claimed on B at the start (§11.3: never ones left from an
-earlier run). Before the kill: both APIs of both replicas list them (01), and 30 e2b
-creates land over both hosts and give the latency baseline (02). Then B's agent and
-publisher get ``kill -9`` with a watch open on each replica: B's sandboxes leave every
-list within the window measured from B's last publish (03), each watch sends DELETED for
-each of them after its opening burst (04); after the window an e2b GET and DELETE of a B
-sandbox answer 404 (05), 30 creates never land on B and are as fast as before (06), the
-envd proxy probes for 20 unknown ids and answers 502 (07), and nftables counts no packet
-toward B's agent after the window and a margin (08). B's restart brings its inventory
-back on its next publish, with the sandboxes the agent kept (09).
+Seven fresh sandboxes are claimed on B at the start (never ones left from an earlier
+run, whose state could pass a lane by chance). Before the kill: both APIs of both
+replicas list them (01), and 30 e2b creates land over both hosts and give the latency
+baseline (02). Then B's agent and publisher get ``kill -9`` with a watch open on each
+replica: B's sandboxes leave every list within the window measured from B's last publish
+(03), each watch sends DELETED for each of them after its opening burst (04); after the
+window an e2b GET and DELETE of a B sandbox answer 404 (05), 30 creates never land on B
+and are as fast as before (06), the envd proxy probes for 20 unknown ids and answers 502
+(07), and nftables counts no packet toward B's agent after the window and a margin (08).
+B's restart brings its inventory back on its next publish, with the sandboxes the agent
+kept (09).
 
 Claims and creates are judged by their HTTP status; watch events count only after the
-opening burst (§11.3). Every bound derives from the kit's windows.
+opening burst. Every bound derives from the kit's windows.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from sandboxctl.lanes.kit import Kit, Replica
 from sandboxctl.lanes.model import Lane, LaneError, LaneTimeout, Progress, Verdict, Windows
 from sandboxctl.proxy.app import ENVD_PORT
 
-FRESH = 7  # as the reference's lane (a)
+FRESH = 7  # sandboxes claimed on B for this lane
 CREATES = 30
 UNKNOWN_IDS = 20
 CREATE_TIMEOUT = 60  # seconds an e2b-created sandbox lives (they are deleted at once)
@@ -91,12 +92,12 @@ AFTER_KILL = frozenset(LANE_IDS[2:])
 def leave_bound(windows: Windows) -> tuple[float, float]:
     """When B's sandboxes may leave the lists, in seconds after B's last stamp.
 
-    A node is dropped once a live node's stamp trails it by more than ``stale_after``
-    (§4.5): never before ``stale_after``. The reference advances only with A's publishes,
+    A node is dropped once a live node's stamp trails it by more than ``stale_after``,
+    so never before ``stale_after``. The reference advances only with A's publishes,
     every ``publish`` seconds, and stamps are whole seconds, so the first stamp of A past
     the window comes at most ``publish`` plus ``PRECISION`` after it; the lists show it
-    within ``READ_SLACK``. At the reference's 30 s / 90 s this is [90 s, 122 s] (it
-    measured 120.8 s); at the local kit's 3 s / 9 s, [9 s, 14 s]."""
+    within ``READ_SLACK``. At production's 30 s / 90 s this is [90 s, 122 s] (a run on
+    hardware measured 120.8 s); at the local kit's 3 s / 9 s, [9 s, 14 s]."""
     return windows.stale_after, windows.stale_after + windows.publish + PRECISION + READ_SLACK
 
 

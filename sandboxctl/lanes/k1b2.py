@@ -1,10 +1,10 @@
-"""K1B2-01: a publisher restart shorter than the window is invisible (fleet.md §4.4).
+"""K1B2-01: a publisher restart shorter than the window is invisible.
 
 Seven fresh sandboxes on B; with a watch open on each replica (initial events, then a
 BOOKMARK), B's publisher alone gets SIGTERM and is started again at once (starting the
 process takes seconds of the window already; it must be back inside the window). Polled
 until one window and one publish past the stop, the latest a node whose stamps stopped
-would be dropped (§4.5): B's inventory is present at every poll, both replicas list B's
+would be dropped: B's inventory is present at every poll, both replicas list B's
 sandboxes as before the stop at every poll, the watches send nothing after their
 opening burst, and no replica logs a line naming B meanwhile."""
 
@@ -19,7 +19,7 @@ from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Kit
 from sandboxctl.lanes.model import Lane, Progress, Verdict, Windows
 
-FRESH = 7  # as the reference's lane (b)
+FRESH = 7  # sandboxes claimed on B for this lane
 RESTART_BOUND = 60.0  # seconds for the publisher to stop and answer again
 
 LANE = Lane(

@@ -1,10 +1,10 @@
-"""K1C-01: an old publisher that never stamps keeps its node (fleet.md §4.1, the K1
-merged rule: a missing ``publishedAt`` is fresh).
+"""K1C-01: an old publisher that never stamps keeps its node (the freshness
+rule: a missing ``publishedAt`` is fresh; docs/configuration.md).
 
 Three fresh sandboxes on B; B's publisher is replaced by one started with ``--no-stamp``.
-Once its apply has removed ``publishedAt`` from B's inventory, the lane polls for the
-reference's 100 s scaled to the kit's windows, and at least one window and one publish
-(the latest a node whose stamp merely froze would be dropped, §4.5), so that only the
+Once its apply has removed ``publishedAt`` from B's inventory, the lane polls for 100 s
+at a 30 s publish, scaled to the kit's windows, and at least one window and one publish
+(the latest a node whose stamp merely froze would be dropped), so that only the
 K1 rule passes: under the newest upstream rule (unstamped = stale once any node is
 stamped) B leaves at once, and an apply that kept the old stamp drops B within the
 span. At every poll B's inventory is present and both replicas list B's sandboxes."""
@@ -18,7 +18,7 @@ from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.model import Lane, LaneTimeout, Progress, Verdict, Windows
 
 FRESH = 3
-REFERENCE_WAIT = 100.0  # seconds, at the reference's 30 s publish
+REFERENCE_WAIT = 100.0  # seconds, at a 30 s publish
 
 LANE = Lane(
     id="K1C-01",

@@ -1,6 +1,6 @@
 """K1OUT-01: a control-plane outage of four windows changes nothing a reader sees
-(fleet.md §4.4), a claim still lands, and the lease holder stays up (§7, sandboxctl's
-stricter criterion: upstream's replica 1 exited on "leader election lost").
+(no stamp moves, so no node ages), a claim still lands, and the lease holder stays up
+(stricter than exiting on "leader election lost", which a replica could do and pass).
 
 Two fresh sandboxes on each host; the control plane is stopped for 4 x stale_after.
 Both replicas are polled throughout (their health, their lists: every claimed sandbox,
@@ -69,7 +69,7 @@ class Observed:
 
 def timeline(observed: Observed, windows: Windows) -> str:
     """The polls nearest each half publish past a whole one, and the claim, in time
-    order: the reference's table."""
+    order."""
     rows: list[tuple[float, str]] = []
     marks = [windows.publish * (k + 0.5) for k in range(int(observed.down_for / windows.publish))]
     nearest = {

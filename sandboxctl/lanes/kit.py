@@ -19,7 +19,7 @@ from sandboxctl.lanes.model import Progress, Windows
 class Host:
     """One host of the kit: its node name (the NodeInventory's) and its agent's URL."""
 
-    label: str  # "A" or "B", as the reference's lane table names them
+    label: str  # "A" or "B", as docs/lanes.md's lane tables name them
     node: str
     agent_url: str
 

@@ -1,4 +1,4 @@
-"""The local kit: the reference's K1 kit on this machine, built fresh for a run.
+"""The local kit: the K1 kit on this machine, built fresh for a run.
 
 Two hosts A and B are network namespaces on a bridge in the root namespace, with
 addresses of a free /28 of 203.0.113.0/24 (no default route inside them). Each runs its
@@ -51,7 +51,7 @@ from sandboxctl.sandboxd.uids import UidClaims
 
 WINDOWS = Windows(publish=3.0, stale_after=9.0)
 TEST_NET = ipaddress.IPv4Network("203.0.113.0/24")
-AGENT_PORT = 27777  # the reference kit's, inside each host's namespace
+AGENT_PORT = 27777  # inside each host's namespace, so every host has the same
 PUBLISHER_METRICS_PORT = 9100
 NAMESPACE = "default"
 WARM_POOL = "base"

@@ -56,7 +56,7 @@ class Windows:
     stale_after: float
 
     def scaled(self, reference_seconds: float) -> float:
-        """A duration of the reference kit (30 s publish) scaled to these windows."""
+        """A duration at production's 30 s publish, scaled to these windows."""
         return reference_seconds * self.publish / 30.0
 
 

@@ -1,4 +1,4 @@
-"""SBL-09 and SBL-10: how a replica resolves one sandbox (fleet.md §5.2 to §5.4).
+"""SBL-09 and SBL-10: how a replica resolves one sandbox (docs/lanes.md).
 
 SBL-09: an e2b read by id right after the create, on the replica that created it, asks
 only the owning node. Each sample scrapes both agents' ``sandboxd_requests_total`` on
@@ -10,7 +10,7 @@ SBL-10: one name claimed on both hosts through their agents, the claim on the ho
 in node-name order (the one sandboxctl's reads resolve a duplicate name to,
 docs/api.md#duplicates) read by name through replica 1 at once, so that the owning-node
 index holds it too, then hibernated (Paused); the claim on the other host stays Running.
-A pinned list (namespaced, ``fieldSelector=metadata.name=<name>``, §5.1) selecting
+A pinned list (namespaced, ``fieldSelector=metadata.name=<name>``) selecting
 ``phase=Running`` must answer the Running claim."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Host, Kit, Replica
 from sandboxctl.lanes.model import Lane, Progress, Verdict
 
-SAMPLES = 6  # as the reference's
+SAMPLES = 6  # reads judged per run
 CLAIM_ID = "sandbox.cocoonstack.io/claim-id"
 RUNNING = "Running"
 

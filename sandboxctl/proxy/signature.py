@@ -1,4 +1,4 @@
-"""Signed file URLs (e2b-wire §3.7): ``/files`` may carry a signature instead of the
+"""Signed file URLs (docs/envd-proxy.md): ``/files`` may carry a signature instead of the
 ``X-Access-Token`` header, so that ``download_url()`` and ``upload_url()`` work from a
 browser or curl with no headers at all.
 

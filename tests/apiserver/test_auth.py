@@ -1,4 +1,4 @@
-"""Finding 1 of the hardening issue: the Sandbox API serves only the holders of a token,
+"""The Sandbox API serves only the holders of a token,
 each in its namespaces, and over HTTPS when given a certificate (kubectl through it)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bounded fuzz pass of the hardening issue, Sandbox API side: hypothesis makes
+"""A bounded fuzz pass, Sandbox API side: hypothesis makes
 Sandbox bodies (any JSON, and Sandbox-shaped objects with wild fields), namespaces and
 names (any text, control characters included), and no answer may be a 5xx but the
 documented 502 (a node did not answer) and 503 (no capacity).

@@ -1,4 +1,4 @@
-"""Findings 6 and 7 of the hardening issue, on the Sandbox API: bodies are capped (413),
+"""The Sandbox API's bounds: bodies are capped (413),
 names, namespaces, labels and annotations are checked as Kubernetes checks them (422 naming
 the field), an unknown template or network is 422, and a client's mistake (a deep body, a
 control character in a name, a hang-up mid-body) is a 4xx or one log line, never a 500

@@ -1,4 +1,4 @@
-"""What the rule means for a fleet (fleet.md 4.4, 4.5, 4.7), read through the real snapshot.
+"""What the rule means for a fleet (docs/configuration.md), read through the real snapshot.
 
 Each test drives FleetSnapshot + FreshnessRule by hand, one read per second, with publishes
 on a fixed schedule: node i of n publishes at i*interval/n and every interval after.
@@ -69,7 +69,7 @@ def test_with_stall_credit_the_end_of_a_ten_minute_outage_drops_nobody():
 
 
 def test_without_stall_credit_the_first_publish_after_an_outage_drops_the_rest_for_a_while():
-    # The bare rule (fleet.md 4.2): a's stamp at 660 s is the reference; b (last 40 s) and
+    # The bare rule: a's stamp at 660 s is the reference; b (last 40 s) and
     # c (last 50 s) are 600+ s behind it until their own next publish at 670 s and 680 s.
     seen, _ = run_fleet(PUBLISH, ["a", "b", "c"], until=700, outage=(60, 660))
     assert seen[659] == ["a", "b", "c"]
@@ -133,7 +133,7 @@ def test_a_dead_node_leaves_between_stale_after_and_one_interval_more_in_publish
 
 
 def test_a_dead_node_is_kept_at_exactly_stale_after_behind_a_live_publisher():
-    # fleet.md 4.7: dead node against a live publisher, 90 s kept, 91 s dropped.
+    # A dead node against a live publisher, 90 s kept, 91 s dropped.
     snapshot = FleetSnapshot.build([inv("dead", T0), inv("live", at(90))])
     assert snapshot.view(PUBLISH, at(90)).fresh_nodes() == ["dead", "live"]
     snapshot = snapshot.replace(inv("live", at(91)))

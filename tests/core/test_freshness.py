@@ -1,4 +1,4 @@
-"""The freshness rule (fleet.md 4.2): reference, boundary, states, settings."""
+"""The freshness rule (docs/configuration.md): reference, boundary, states, settings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The NodeInventory object shape (fleet.md 3.1): reading, writing and refusing."""
+"""The NodeInventory object shape: reading, writing and refusing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Placement by the power of two choices (fleet.md 6) with injected randomness."""
+"""Placement by the power of two choices with injected randomness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Sandbox object as served (fleet.md 3.2): every field, labels."""
+"""The Sandbox object as served (docs/api.md): every field, labels."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def test_format_converts_an_offset_time_to_utc():
 
 
 def test_format_writes_second_precision_on_the_wire():
-    # fleet.md 3.1: publishedAt is a metav1.Time, "second precision on the wire".
+    # publishedAt is a metav1.Time: second precision on the wire.
     value = NINE_UTC + timedelta(milliseconds=500)
     assert format_rfc3339(value) == "2026-09-27T09:00:00Z"
 

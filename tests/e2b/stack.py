@@ -41,7 +41,7 @@ class Stack:
     config: E2bConfig
 
     def sdk(self, key: str = KEY_A) -> dict[str, str]:
-        """The SDK's connection parameters (e2b-wire §1.4); no envd call is made."""
+        """The SDK's connection parameters; no envd call is made."""
         return {"api_key": key, "api_url": self.api_url, "sandbox_url": "http://127.0.0.1:9"}
 
     def live_ids(self) -> set[str]:

@@ -1,4 +1,4 @@
-"""The bounded fuzz pass of the hardening issue, e2b side: schemathesis makes requests from
+"""A bounded fuzz pass, e2b side: schemathesis makes requests from
 e2b's own OpenAPI document (``shared/reference/e2b-openapi.yml`` beside the checkout, or
 ``SANDBOXCTL_E2B_OPENAPI``) for every operation this server serves, valid and not, and no
 answer may be a 5xx but the documented 502 (a node did not answer) and 503 (no capacity).

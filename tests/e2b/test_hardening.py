@@ -1,4 +1,4 @@
-"""Findings 6 and 7 of the hardening issue, on the e2b API over real agents: a control
+"""The e2b API's bounds, over real agents: a control
 character in a sandbox id, a deeply nested body, an oversized body and a client that hangs
 up mid-body are the client's mistakes (4xx, or one log line), never a 500 or a traceback.
 The Sandbox API beside it answers control characters in a name the same way."""

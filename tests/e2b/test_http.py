@@ -214,7 +214,7 @@ def test_listed_fields_and_both_id_spellings(client: httpx.Client) -> None:
 
 
 def test_metadata_filter_double_encoding(client: httpx.Client) -> None:
-    # what the SDK sends for {"team": "a b&c"} (e2b-wire §2.4)
+    # what the SDK sends for {"team": "a b&c"}
     found = ids(client.get("/v2/sandboxes?metadata=team%3Da%252520b%252526c"))
     assert sorted(found) == sorted(["sb-0001de", "sb-0003de", "sb-0005de", "sb-0007de",
                                     "sb-0009de", "sb-paused"])  # fmt: skip

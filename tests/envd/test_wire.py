@@ -1,4 +1,4 @@
-"""envd over real HTTP, with requests shaped exactly like the e2b SDK's (e2b-wire §3)."""
+"""envd over real HTTP, with requests shaped exactly like the e2b SDK's."""
 
 from __future__ import annotations
 

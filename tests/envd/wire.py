@@ -1,4 +1,4 @@
-"""A plain httpx envd client shaped like the e2b SDK's requests (e2b-wire §3)."""
+"""A plain httpx envd client shaped like the e2b SDK's requests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The NodePool audit: each rule of §5 on plain objects, and the CLI's table, JSON and exit
+"""The NodePool audit: each rule on plain objects, and the CLI's table, JSON and exit
 codes against the double (in process; test_e2e.py runs it as a process)."""
 
 from __future__ import annotations

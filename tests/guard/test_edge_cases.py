@@ -1,4 +1,4 @@
-"""The 17 edge cases of §6.2, one named test each, on the API double."""
+"""The guard's edge cases, one named test each, on the API double."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The tests of the upstream fix (PostHog/duckgres PR #682, §6.1), ported one for one to
-the guard on the API double, plus what that PR left untested (§6.1, last paragraph).
+"""The tests of the upstream fix for Terminating workers, ported one for one to the
+guard on the API double, plus what that fix left untested.
 
 The PR's RBAC test (``TestControlPlaneRBACIncludesWorkerPodPatch``) is in
 test_manifests.py; its e2e harness check is in test_e2e.py."""

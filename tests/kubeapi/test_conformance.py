@@ -1,6 +1,6 @@
 """The double's conformance: the same scenarios through the official client and through
-real kubectl (the pinned 1.35, and the machine's 1.32 when it has one), as
-kubernetes-testing.md lists them. The namespaced resource with a status subresource is
+real kubectl (the pinned 1.35, and the machine's 1.32 when it has one): what sandboxctl's own
+clients and kubectl ask of a cluster. The namespaced resource with a status subresource is
 SandboxWarmPool, the cluster-scoped one NodeInventory."""
 
 from __future__ import annotations

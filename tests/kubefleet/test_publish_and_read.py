@@ -2,7 +2,7 @@
 applies, --no-stamp, an unreadable agent, a killed publisher's node leaving every
 reader within the window, a control-plane outage, and a publisher's clock an hour ahead.
 
-Every bound is the freshness rule's (fleet.md §4.5): a node whose publisher died at
+Every bound is the freshness rule's (docs/configuration.md): a node whose publisher died at
 ``t0`` leaves between ``STALE_AFTER`` and ``STALE_AFTER + INTERVAL`` after ``t0`` (plus
 the one-second precision of ``publishedAt`` and a read's tick), and within
 ``STALE_AFTER`` plus one tick with the extrapolating reference.

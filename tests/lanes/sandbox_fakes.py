@@ -13,7 +13,7 @@ misbehave the way a lane exists to catch:
 - ``no_leader``: replica 0 never led (the lane would test a replica with no lease);
 - ``asks_other``: an e2b read by id also asks the node that does not own the sandbox;
 - ``pinned_fallback`` (a fix, not a fault): a pinned list whose pick its selectors reject
-  answers a duplicate they accept (fleet.md §5.2) instead of nothing.
+  answers a duplicate they accept (docs/api.md#duplicates) instead of nothing.
 """
 
 from __future__ import annotations

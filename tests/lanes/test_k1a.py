@@ -19,7 +19,7 @@ def test_the_leave_bound_scales_with_the_windows_and_holds_the_reference_measure
     assert k1a.leave_bound(LOCAL) == (9.0, 14.0)
     low, high = k1a.leave_bound(REFERENCE)
     assert (low, high) == (90.0, 122.0)
-    assert low <= 120.771 <= high  # what the reference kit measured (fleet.md §11.2)
+    assert low <= 120.771 <= high  # what a run on hardware measured
 
 
 def _left(*seconds: float) -> Observed:

@@ -69,7 +69,7 @@ def test_k1b2_judges_the_restart_by_the_gap_between_b_s_publishes() -> None:
     observed = k1b2.Observed(fresh, {"r": fresh}, down=8.0, stamp_before="2026-12-01T00:00:00Z")
     observed.polls.append(k1b2.Poll(0.0, True, {"r": fresh}, "2026-12-01T00:00:00Z"))
     observed.polls.append(k1b2.Poll(9.0, True, {"r": fresh}, "2026-12-01T00:00:09Z"))
-    assert k1b2.judge(observed, Windows(3, 9), "lanes-b").passed  # 9 s: kept (§4.2)
+    assert k1b2.judge(observed, Windows(3, 9), "lanes-b").passed  # 9 s: kept (not over 9)
     observed.polls[1].stamp = "2026-12-01T00:00:10Z"
     verdict = k1b2.judge(observed, Windows(3, 9), "lanes-b")
     assert not verdict.passed

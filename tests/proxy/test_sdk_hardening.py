@@ -1,5 +1,5 @@
-"""Findings 3, 4 and 8 of the hardening issue, with the unmodified e2b SDK on real
-bubblewrap sandboxes (agent, mesh inventory, store, e2b API and envd proxy on loopback):
+"""Hardening, with the unmodified e2b SDK on real bubblewrap sandboxes (agent, mesh
+inventory, store, e2b API and envd proxy on loopback):
 every place a sandbox can write is bounded (ENOSPC, nothing on the host's disk), a signed
 upload URL writes exactly its path, and a sandbox whose init died is gone at once."""
 
@@ -25,7 +25,7 @@ def sandbox(sdk: dict[str, Any]) -> Iterator[Any]:
     box.kill()
 
 
-# --- finding 3: bounded homes and tmpfs ----------------------------------------------------
+# --- bounded homes and tmpfs ---------------------------------------------------------------
 
 
 def test_a_full_home_is_enospc_inside_and_nothing_on_the_host(sandbox: Any) -> None:
@@ -66,7 +66,7 @@ def test_the_rest_is_read_only(sandbox: Any, place: str) -> None:
     assert "Read-only file system" in failed.value.stderr
 
 
-# --- finding 4: a signed upload URL writes exactly its path ------------------------------
+# --- a signed upload URL writes exactly its path -----------------------------------------
 
 
 def test_a_signed_upload_url_writes_only_the_signed_path(sdk: dict[str, Any]) -> None:
@@ -98,7 +98,7 @@ def test_a_signed_upload_url_writes_only_the_signed_path(sdk: dict[str, Any]) ->
         sandbox.kill()
 
 
-# --- finding 8: a sandbox whose init died ----------------------------------------------
+# --- a sandbox whose init died ---------------------------------------------------------
 
 
 def test_a_sandbox_killed_from_inside_is_gone_at_once(sdk: dict[str, Any]) -> None:

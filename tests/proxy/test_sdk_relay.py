@@ -1,4 +1,4 @@
-"""Findings 2 and 8 of the security issue, as a tenant attacks: a hostile server
+"""The relay to a guest port, as a tenant attacks it: a hostile server
 (tests/proxy/hostile_server.py) in a real bubblewrap sandbox, reached through the envd
 proxy and the agent's guest-port route (the stack's sandboxes have no network, so every
 guest-port request goes through the agent, whose connections the proxy shares between

@@ -1,4 +1,4 @@
-"""Finding 5 of the hardening issue: a corrupt state database stops the agent with one line
+"""A corrupt state database stops the agent with one line
 naming the file and the way out (exit 2), and ``--recover`` moves it aside and destroys
 the sandboxes it held, saying which, before starting afresh."""
 

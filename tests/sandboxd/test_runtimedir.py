@@ -311,7 +311,7 @@ def test_serve_sandboxd_refuses_a_template_sandbox_uids_cannot_reach(top: Path) 
 def test_serve_sandboxd_refuses_a_runtime_root_its_uids_cannot_reach(
     top: Path, uid_base: int
 ) -> None:
-    """Finding 9: modes alone do not say who may pass. A directory of group ``uid_base``
+    """Modes alone do not say who may pass. A directory of group ``uid_base``
     with no group bits (0701) lets every uid through but the sandbox's own; every claim
     would then fail in bubblewrap, so the agent refuses to start, in one line."""
     gate = top / "gate"
@@ -332,7 +332,7 @@ def test_serve_sandboxd_refuses_a_runtime_root_its_uids_cannot_reach(
     assert "Traceback" not in refused.stderr
 
 
-# --- Finding 10: a runtime dir is collected only when its agent is gone for good -----------
+# --- a runtime dir is collected only when its agent is gone for good ----------------------
 
 
 def _agent_args(top: Path, name: str, uid_base: int) -> tuple[list[str], str, RuntimeDir]:

@@ -1,4 +1,4 @@
-"""Finding 2 of the hardening issue: agents on one host never give one uid to two live
+"""Agents on one host never give one uid to two live
 sandboxes, whether they share a uid base, lost their state database, or meet a process
 that already runs as a uid of their range."""
 

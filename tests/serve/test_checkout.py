@@ -1,4 +1,4 @@
-"""``make serve`` from a checkout anywhere (issue 17): a clone in a home only its owner may
+"""``make serve`` from a checkout anywhere: a clone in a home only its owner may
 enter (mode 0700, like root's) serves sandboxes to the unmodified e2b SDK with its default
 state directory, and two checkouts on one host serve side by side without touching each
 other's state, sandboxes or uids."""

@@ -1,4 +1,4 @@
-"""Finding 9, for every service that listens: each listener, the HTTPS ones and the
+"""Read bounds, for every service that listens: each listener, the HTTPS ones and the
 ``/metrics`` of the publisher and the guard included, closes a silent connection within
 the head bound and holds at most its limit of connections, one listener's full house
 leaving the others free (``serve``'s own traffic to its agent goes on)."""

@@ -1,4 +1,4 @@
-"""Finding 7: what a client chose cannot forge a log line, nor drive a terminal.
+"""What a client chose cannot forge a log line, nor drive a terminal.
 
 The attack as it was found: a request path with ``%0A`` and a fake log line after it,
 sent with a short body and a hang-up, to a real agent (``serve-sandboxd``): its body cap

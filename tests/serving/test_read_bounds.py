@@ -1,4 +1,4 @@
-"""Finding 9: a slowloris, a stalled body and a flood of connections against the real host
+"""Read bounds: a slowloris, a stalled body and a flood of connections against the real host
 agent (``serve-sandboxd``), started with short bounds (tests/serving/attack.py): what each
 bound cuts, and what it must not (a steady slow upload, a request after an idle
 keep-alive, a long process stream, an input stream that keeps sending)."""
