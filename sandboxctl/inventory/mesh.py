@@ -36,6 +36,7 @@ from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, SandboxctlError
 from sandboxctl.core.snapshot import FleetSnapshot
 from sandboxctl.inventory.source import Listener, Subscribers
+from sandboxctl.lifecycle import Loop, Stop
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class MeshInventorySource:
         self._subscribers = Subscribers()
         self._lock = threading.Lock()  # the snapshot swap, clients, counters
         self._tick_lock = threading.Lock()  # one tick at a time
-        self._stopping = threading.Event()
+        self._stopping = Stop()
         self._thread: threading.Thread | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._clients: dict[str, AgentReads] = {}
@@ -226,16 +227,16 @@ class MeshInventorySource:
             return ordered
 
     def _run(self) -> None:
-        interval = self.poll_interval.total_seconds()
-        next_tick = time.monotonic() + interval
-        while not self._stopping.wait(max(0.0, next_tick - time.monotonic())):
-            next_tick = time.monotonic() + interval
-            try:
-                self.poll_once()
-            except Exception:  # the poller must outlive any one bad tick
-                if self._stopping.is_set():
-                    return
-                log.exception("mesh inventory poll failed")
+        poll = Loop("mesh inventory poll", self._poll_unless_stopped, self.poll_interval,
+                    immediately=False, logger=log)  # fmt: skip
+        poll.run(self._stopping)
+
+    def _poll_unless_stopped(self) -> None:
+        try:
+            self.poll_once()
+        except RuntimeError:
+            if not self._stopping.is_set():  # else: stopped during the tick, as asked
+                raise
 
     def _poll_node(self, address: str) -> PollResult:
         """Ask one agent; runs on the pool. A success is swapped in at once, even when

@@ -34,6 +34,7 @@ from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import DEFAULT_NET, PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.templates import READY_TIMEOUT
+from sandboxctl.lifecycle import Stop
 from sandboxctl.sandboxd import hostlimits
 from sandboxctl.sandboxd.adoption import Adoption, AdoptionReport
 from sandboxctl.sandboxd.attachments import Attachments
@@ -129,7 +130,7 @@ class Agent:
         self._records: dict[str, SandboxRecord] = {}
         self._dead: list[SandboxRecord] = []  # forgotten under the lock, cleaned up off it
         self._ended_tokens = EndedTokens()
-        self._stopping = threading.Event()
+        self._stopping = Stop()
         self._threads: list[threading.Thread] = []
         self._deaths = DeathWatch(self._died)  # watching from start()
         self.events = EventLog(now=self._now)
@@ -165,7 +166,7 @@ class Agent:
             charged = self.runtime.limits_mode == "cgroup-v1"
             hostlimits.raise_tables(self.settings.max_sandboxes, hostlimits.tables(charged))
         self._deaths.start()
-        loops: tuple[tuple[str, Callable[[threading.Event], None]], ...] = (
+        loops: tuple[tuple[str, Callable[[Stop], None]], ...] = (
             ("warm-pool refill", self.pools.run),
             ("lease reaper", self._reaper.run),
             ("usage sampler", self.usage.run),
@@ -567,9 +568,7 @@ def _template_build(template: Served) -> TemplateBuild:
     )
 
 
-def _guarded(
-    name: str, loop: Callable[[threading.Event], None], stopping: threading.Event
-) -> Callable[[], None]:
+def _guarded(name: str, loop: Callable[[Stop], None], stopping: Stop) -> Callable[[], None]:
     def run() -> None:
         try:
             loop(stopping)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 
 from sandboxctl.agentapi.models import ClaimRequest
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.lifecycle import Loop, Stop
 from sandboxctl.sandboxd.errors import BadRequest, Conflict, NoSuchSandbox
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.state import SandboxRecord
@@ -93,10 +94,11 @@ class Reaper:
             self._events.record(sandbox_id, f"sandbox timed out: {action}", action=action)
         return done
 
-    def run(self, stopping: threading.Event) -> None:
+    def run(self, stopping: Stop) -> None:
         """The reaper loop: reap every ``interval`` until ``stopping``."""
-        while not stopping.wait(self._interval):
-            self.reap()
+        reap = Loop("lease reaper", self.reap, timedelta(seconds=self._interval),
+                    immediately=False, logger=log)  # fmt: skip
+        reap.run(stopping)
 
 
 def _clamped_ttl(ttl_seconds: int) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from sandboxctl.agentapi.models import PoolStatus
 from sandboxctl.core.model import DEFAULT_NET, NETS, PoolKey
+from sandboxctl.lifecycle import Stop
 from sandboxctl.sandboxd.errors import BadRequest, UnknownTemplate
 from sandboxctl.sandboxd.runtime import Size
 from sandboxctl.sandboxd.templates.catalog import Catalog
@@ -99,8 +100,9 @@ class WarmPools:
             for key in keys
         )
 
-    def run(self, stopping: threading.Event) -> None:
-        """The refill loop: refill whenever ``wanted``, until ``stopping``."""
+    def run(self, stopping: Stop) -> None:
+        """The refill loop: refill whenever ``wanted``, until ``stopping`` (the agent
+        sets ``wanted`` when it stops, to end the wait: a refill has no interval)."""
         while not stopping.is_set():
             self.wanted.wait()
             self.wanted.clear()

@@ -19,11 +19,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from sandboxctl.agentapi.models import UsageSample
 from sandboxctl.envd.host import SANDBOX_HOME
+from sandboxctl.lifecycle import Loop, Stop
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.cgroups import CgroupUsage
 from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
@@ -78,7 +80,9 @@ class UsageSampler:
         self._cpu: dict[str, tuple[int, int]] = {}  # id -> (monotonic ns, cpu ns) last seen
         self._samples = 0
         self._cpu_ns = 0
-        self._wanted = threading.Event()
+        self._loop = Loop(
+            "usage sampler", self.sample_once, timedelta(seconds=interval), logger=log
+        )
 
     # --- reads -------------------------------------------------------------------------
 
@@ -108,13 +112,11 @@ class UsageSampler:
 
     def poke(self) -> None:
         """Sample soon (a sandbox was just claimed)."""
-        self._wanted.set()
+        self._loop.wake()
 
-    def run(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            self.sample_once()
-            self._wanted.wait(self.interval)
-            self._wanted.clear()
+    def run(self, stopping: Stop) -> None:
+        """Sample at once, then every interval and when poked, until ``stopping``."""
+        self._loop.run(stopping)
 
     def sample_once(self) -> int:
         """Sample every target once; forget the sandboxes that are gone. Returns how many

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from sandboxctl.agentapi.models import ClaimRequest
+from sandboxctl.lifecycle import Stop
 from sandboxctl.sandboxd.errors import BadRequest, Conflict
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.leases import (
@@ -106,7 +107,7 @@ def test_the_reaper_pauses_or_destroys_and_skips_what_someone_else_ended() -> No
 
 
 def test_the_reaper_loop_reaps_each_interval_until_stopping() -> None:
-    stopping = threading.Event()
+    stopping = Stop()
     asked: list[float] = []
 
     def due(now: float) -> list[SandboxRecord]:
