@@ -3,8 +3,10 @@ release, for every API that serves them (the Kubernetes-style API, e2b, the envd
 
 Modules: ``store`` (``SandboxStore``: the two parts below, as one object), ``reads``
 (``FleetReads``: the snapshot with this server's writes, the ledger, lists, pages,
-watches, templates), ``claims`` (``ClaimRouter``: claims, verbs and lookups that ask the
-nodes), ``owners`` (the remembered owner of a sandbox), ``nodes`` (calls to host agents),
+watches, templates), ``resolver`` (``OwnerResolver``: which node holds a sandbox, asking
+the agents when the reads do not say), ``owners`` (the owners it remembers: one memory,
+one policy), ``claims`` (``ClaimRouter``: claims and the verbs on a claimed sandbox),
+``nodes`` (calls to host agents),
 ``query``, ``ledger``, ``overlay``, ``lists``, ``pages``, ``watch``, ``errors``.
 """
 

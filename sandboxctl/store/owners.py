@@ -48,10 +48,10 @@ class Owner:
 
     def with_row(self, row: SandboxRow) -> Owner:
         public = not row.network or row.network.public_traffic
+        token, address = row.token or "", row.address or ""
         return dataclasses.replace(
-            self, claim_id=row.id, token=row.token or "", public_traffic=public,
-            sandbox_address=row.address or "",
-        )  # fmt: skip
+            self, claim_id=row.id, token=token, public_traffic=public, sandbox_address=address
+        )
 
 
 class Owners:

@@ -1,10 +1,11 @@
-"""The sandbox store: one per process, the fleet reads and the claim router over them.
+"""The sandbox store: one per process, its fleet reads and the claim routing over them.
 
 ``FleetReads`` (``reads``) is what this server reads of the fleet: the snapshot, its own
 writes, the ledger's objects, lists, pages, watches and the template catalog.
-``ClaimRouter`` (``claims``) reaches the nodes: claims, the verbs on a claimed sandbox,
-and the lookups that may ask an agent. The store serves both parts' methods as its own,
-so a service holds one object; ``get`` is the one read that needs both.
+``OwnerResolver`` (``resolver``) answers which node holds a sandbox, asking the agents
+when the reads do not say. ``ClaimRouter`` (``claims``) places claims and sends the verbs
+on a claimed sandbox to its node. The store serves the parts' methods as its own, so a
+service holds one object; ``get`` is the one read that needs two parts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sandboxctl.store.errors import NotFound
 from sandboxctl.store.ledger import DEFAULT_RETAIN
 from sandboxctl.store.nodes import NodeAccess
 from sandboxctl.store.reads import FleetReads, ReadStats
+from sandboxctl.store.resolver import OwnerResolver
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,17 +64,18 @@ class SandboxStore:
             write_bound=write_bound,
             first_version=first_version,
         )
-        self.claims = ClaimRouter(self.reads, nodes, rng)  # None: lookups read inventories only
+        self.resolver = OwnerResolver(self.reads, nodes)  # no nodes: inventories only
+        self.claims = ClaimRouter(self.reads, self.resolver, rng)
 
     def close(self) -> None:
         """Close the connections to nodes, and stop following the source (which belongs
         to the caller)."""
-        self.claims.close()
+        self.resolver.close()
         self.reads.close()
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         """The served object of a sandbox by name; NotFound when no fresh node holds it."""
-        located = self.claims.locate(namespace, name)
+        located = self.resolver.locate(namespace, name)
         if located is None:
             raise NotFound(f'sandboxes "{name}"')
         return self.reads.object_of(located)
@@ -83,7 +86,7 @@ class SandboxStore:
 
     @property
     def routes_claims(self) -> bool:
-        return self.claims.routes_claims
+        return self.resolver.routes_claims
 
     # --- fleet reads ---------------------------------------------------------------------
     now = _Of("reads", FleetReads.now)
@@ -114,10 +117,12 @@ class SandboxStore:
     resume = _Of("claims", ClaimRouter.resume)
     read = _Of("claims", ClaimRouter.read)
     usage = _Of("claims", ClaimRouter.usage)
-    log_of = _Of("claims", ClaimRouter.log_of)
-    locate = _Of("claims", ClaimRouter.locate)
-    locate_claim = _Of("claims", ClaimRouter.locate_claim)
-    probe = _Of("claims", ClaimRouter.probe)
-    owner = _Of("claims", ClaimRouter.owner)
-    cached_owner = _Of("claims", ClaimRouter.cached_owner)
-    forget = _Of("claims", ClaimRouter.forget)
+
+    # --- the owner resolver --------------------------------------------------------------
+    locate = _Of("resolver", OwnerResolver.locate)
+    locate_claim = _Of("resolver", OwnerResolver.locate_claim)
+    probe = _Of("resolver", OwnerResolver.probe)
+    owner = _Of("resolver", OwnerResolver.owner)
+    cached_owner = _Of("resolver", OwnerResolver.cached_owner)
+    forget = _Of("resolver", OwnerResolver.forget)
+    log_of = _Of("resolver", OwnerResolver.log_of)

@@ -65,8 +65,8 @@ def test_the_store_forgets_an_owner_when_the_source_drops_the_sandbox() -> None:
     store = SandboxStore(source, FreshnessRule(), clock=clock)
     try:
         assert store.locate_claim(ID) is not None
-        store.claims.owners.remember(Owner("a", "a.fleet.test:7777", "sb_x", listed=True), ID)
+        store.resolver.owners.remember(Owner("a", "a.fleet.test:7777", "sb_x", listed=True), ID)
         source.apply(node("a"))  # the notification alone applies it: no read in between
-        assert store.claims.owners.get(ID) is None
+        assert store.resolver.owners.get(ID) is None
     finally:
         store.close()
