@@ -131,8 +131,11 @@ def test_the_source_serves_a_snapshot_and_reloads(tmp_path: Path) -> None:
     first = source.snapshot()
     assert first.nodes == ("a",)
 
+    reloaded: list[tuple[str, ...]] = []
+    source.subscribe(lambda: reloaded.append(source.snapshot().nodes))
     path.write_text(yaml.safe_dump(_object("a")) + "---\n" + yaml.safe_dump(_object("b")))
     source.reload()
+    assert reloaded == [("a", "b")]  # a reload notifies, after the swap
 
     assert source.snapshot().nodes == ("a", "b")
     assert first.nodes == ("a",)  # a reader holding the old snapshot is not disturbed

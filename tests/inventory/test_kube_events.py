@@ -173,3 +173,12 @@ def test_a_relisted_object_then_its_next_event(source: KubeInventorySource) -> N
     assert source.snapshot().record("n1") is None
     again = feed(source, line("ADDED", entry("c"), entry("a")))
     assert [e.name for e in again] == ["c", "a"]
+
+
+def test_each_event_notifies_the_subscribers_after_the_swap(source: KubeInventorySource) -> None:
+    seen: list[tuple[str, ...]] = []
+    source.subscribe(lambda: seen.append(source.snapshot().nodes))
+    feed(source, line("ADDED", entry("a")))
+    event = inventory_event(line("DELETED", entry("a")))
+    source.on_event(event["type"], event["object"])
+    assert seen == [("n1",), ()]

@@ -551,3 +551,22 @@ def test_a_hung_node_cannot_stall_a_tick(
         assert time.monotonic() - started < 0.1
     finally:
         ticking.join(timeout=5)
+
+
+def test_each_poll_answer_notifies_the_subscribers_until_they_unsubscribe(
+    sources: Callable[..., MeshInventorySource], clock: ManualClock
+) -> None:
+    info = {"node": "n1", "advertise_addr": "10.0.0.1:7777"}
+    source = sources(
+        ["10.0.0.1:7777"],
+        poll_interval=POLL,
+        clock=clock,
+        client_factory=lambda _: _FakeClient(info, []),
+    )
+    seen: list[tuple[str, ...]] = []
+    unsubscribe = source.subscribe(lambda: seen.append(source.snapshot().nodes))
+    assert all(result.ok for result in source.poll_once())
+    assert seen == [("n1",)]  # called after the swap: the listener reads the new snapshot
+    unsubscribe()
+    source.poll_once()
+    assert seen == [("n1",)]
