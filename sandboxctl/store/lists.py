@@ -21,14 +21,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.store.errors import Expired
 from sandboxctl.store.ledger import Held, Name, State
-
-if TYPE_CHECKING:
-    from sandboxctl.store.query import Query
+from sandboxctl.store.query import Query
 
 TOKEN_SECONDS: Final = 300.0  # kube-apiserver compacts every five minutes
 KEPT_STATES: Final = 64

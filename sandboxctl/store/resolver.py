@@ -136,9 +136,11 @@ class OwnerResolver:
         owner = self.owners.get(sandbox_id)
         if owner is None or not owner.token:
             return None
-        held = self._reads.held_claim(owner.claim_id)
+        read = self._reads.current()
+        held = self._reads.held_claim(owner.claim_id, read)
         moved = held is not None and held.node != owner.node
-        if moved or self._reads.address(owner.node) != owner.address:
+        inventory = read.view.inventory(owner.node)  # None once stale
+        if moved or inventory is None or inventory.address != owner.address:
             self.owners.forget(sandbox_id)
             return None
         return owner
