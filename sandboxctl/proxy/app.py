@@ -361,7 +361,7 @@ class ProxyApp:
         ) as upstream:
             if upstream.status == 401 and guest is None:
                 # The node refused the claim token it gave us: the claim is gone
-                # (released since it was cached). Answer as for an unknown id, so
+                # (released since its owner was remembered). Answer as for an unknown id, so
                 # the SDK says "not running", and resolve afresh next time.
                 self.store.forget(SandboxId.parse(target.sandbox_id))
                 self.metrics.count("unknown")

@@ -4,7 +4,7 @@ A sandbox with a network has an address on a veth whose host end is named after 
 (``links.host_end``). A proxy in the agent's network namespace connects to
 ``ADDRESS:PORT`` with its socket bound to that veth (``SO_BINDTODEVICE``): no hop through
 the agent, and no way to reach anything but that sandbox. The binding is also the check
-that the sandbox is still the one the cached owner names: a released sandbox's veth is
+that the sandbox is still the one the remembered owner names: a released sandbox's veth is
 gone with it (a new sandbox that reuses its address has another veth), and a proxy on
 another host, or in another namespace, has no such device. The host may open
 connections to a sandbox; the filter keeps the reverse closed (docs/network.md).
