@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -204,3 +206,37 @@ def test_the_leader_elected_group_starts_only_once_this_process_leads(kube: Kube
 def test_a_leader_elected_part_needs_an_election() -> None:
     with pytest.raises(ValueError, match="needs leader election"):
         Manager().add(Part("driver", Journal()), Group.LEADER_ELECTED)
+
+
+SLOW_TO_STOP = """
+import threading
+from sandboxctl.lifecycle import Manager, Stop
+
+class Slow:
+    name = "slow"
+
+    def run(self, stop: Stop) -> None:
+        print("running", flush=True)
+        stop.wait()
+        print("stopping", flush=True)
+        threading.Event().wait(60)  # a stop that takes long: a teardown of many sandboxes
+
+with Manager() as manager:
+    manager.add(Slow())
+    manager.run()
+"""
+
+
+def test_a_second_signal_while_stopping_ends_the_process_at_once() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", SLOW_TO_STOP], stdout=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == "running\n"
+            process.send_signal(signal.SIGINT)
+            assert process.stdout.readline() == "stopping\n"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 128 + signal.SIGTERM
+        finally:
+            process.kill()
