@@ -22,6 +22,57 @@ from sandboxctl.sandboxd.templates.store import STORE_ENV
 _uid_blocks = itertools.count()
 # Session fixtures every test uses (autouse): each xdist worker has its own.
 _EVERYWHERE = {"runtime_root", "template_store"}
+TESTS = Path(__file__).parent
+
+# What a test needs beyond its own process, as the markers pyproject.toml registers: root
+# (real sandboxes), netns (network namespaces) and services (it spawns processes, or serves
+# or connects on loopback). Given by the folder or module where every test needs the same,
+# by the fixtures that bring it (their defining module and name), and, for a few tests in
+# otherwise pure modules, by a mark of their own; a test of a session-scoped stack needs
+# services too. `make check` runs the tests that need none.
+FOLDER_NEEDS: dict[str, frozenset[str]] = {
+    "sandboxd": frozenset({"root", "services"}),
+    "network": frozenset({"root", "netns", "services"}),
+    "serve": frozenset({"root", "services"}),
+    "templates": frozenset({"root", "services"}),
+    "clients": frozenset({"services"}),
+    "kubefleet": frozenset({"services"}),
+    "kube": frozenset({"services"}),
+    "kubeapi": frozenset({"services"}),
+    "manifests": frozenset({"services"}),  # kubectl against the API double
+    "proxy": frozenset({"services"}),
+    "publisher": frozenset({"services"}),
+    "serving": frozenset({"services"}),
+}
+MODULE_NEEDS: dict[str, frozenset[str]] = {
+    "lanes/test_local.py": frozenset({"root", "netns", "services"}),
+    "lanes/test_external_e2e.py": frozenset({"root", "netns", "services"}),
+    "lanes/test_external.py": frozenset({"services"}),
+    "apiserver/test_auth.py": frozenset({"services"}),
+    "apiserver/test_cli.py": frozenset({"services"}),
+    "apiserver/test_fuzz.py": frozenset({"services"}),
+    "apiserver/test_kube.py": frozenset({"services"}),
+    "apiserver/test_limits.py": frozenset({"services"}),
+    "apiserver/test_warmpool.py": frozenset({"services"}),
+    "cli/test_interrupt.py": frozenset({"services"}),
+    "e2b/test_config.py": frozenset({"services"}),
+    "e2b/test_fuzz.py": frozenset({"services"}),
+    "e2b/test_http.py": frozenset({"services"}),
+    "envd/test_host.py": frozenset({"services"}),
+    "guard/test_cli.py": frozenset({"services"}),
+    "guard/test_e2e.py": frozenset({"services"}),
+    "guard/test_edge_cases.py": frozenset({"services"}),
+    "guard/test_manifests.py": frozenset({"services"}),
+    "guard/test_upstream.py": frozenset({"services"}),
+    "inventory/test_kube.py": frozenset({"services"}),
+    "inventory/test_mesh.py": frozenset({"services"}),
+    "lifecycle/test_manager.py": frozenset({"services"}),
+}
+FIXTURE_NEEDS: dict[str, frozenset[str]] = {
+    "tests.conftest:uid_base": frozenset({"root"}),
+    "tests.guard.conftest:kube": frozenset({"services"}),  # the API double on loopback
+    "tests.lanes.test_guard:control_plane": frozenset({"services"}),
+}
 
 
 def _stacks(item: pytest.Item) -> list[Any]:
@@ -42,14 +93,31 @@ def _group(item: pytest.Item) -> str:
     return str(marker.args[0]) if marker else item.nodeid.split("::")[0]
 
 
+def needs_of(item: pytest.Item) -> frozenset[str]:
+    """The markers of what ``item`` needs beyond its own process (empty: a pure test)."""
+    where = item.path.relative_to(TESTS)
+    needs = set(FOLDER_NEEDS.get(where.parts[0], ()))
+    needs |= MODULE_NEEDS.get(where.as_posix(), frozenset())
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    for name in item.fixturenames:
+        for definition in definitions.get(name, ())[-1:]:  # the one in effect here
+            needs |= FIXTURE_NEEDS.get(f"{definition.func.__module__}:{name}", frozenset())
+    if _stacks(item):
+        needs.add("services")
+    return frozenset(needs)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups, for ``pytest -n 2 --dist loadgroup`` (pytest-xdist), which runs each group
-    on one worker: a module's tests together (its module fixtures start once), and every
-    test of a session-scoped stack together (where the stack's fixtures are defined names
-    the group), so that one worker starts it, not each. The tests of a group run one after
-    another (the first test of a group sets its place), so that a stack is stopped after
-    its group's last test (below) rather than kept busy until the session ends."""
+    """Marks each test with what it needs (``needs_of``), and groups, for ``pytest -n 2
+    --dist loadgroup`` (pytest-xdist), which runs each group on one worker: a module's
+    tests together (its module fixtures start once), and every test of a session-scoped
+    stack together (where the stack's fixtures are defined names the group), so that one
+    worker starts it, not each. The tests of a group run one after another (the first test
+    of a group sets its place), so that a stack is stopped after its group's last test
+    (below) rather than kept busy until the session ends."""
     for item in items:
+        for need in sorted(needs_of(item)):
+            item.add_marker(need)
         stacks = {definition.func.__module__ for definition in _stacks(item)}
         group = min(stacks) if stacks else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))

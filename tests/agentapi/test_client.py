@@ -244,6 +244,7 @@ def test_every_transport_error_is_unreachable_and_says_if_it_was_sent(
     assert failed.value.address == "10.0.0.1:7777"
 
 
+@pytest.mark.services  # real sockets on loopback
 def test_a_timeout_and_a_refusal_have_short_reasons() -> None:
     with (
         _raising(httpx.ReadTimeout("read")).client() as client,
@@ -258,6 +259,7 @@ def test_a_timeout_and_a_refusal_have_short_reasons() -> None:
     assert (refused.value.reason, refused.value.undelivered) == ("connection refused", True)
 
 
+@pytest.mark.services  # a hung listener on loopback
 def test_a_hung_agent_times_out_after_sending() -> None:
     with socket.socket() as sock:  # accepts (the kernel's backlog) and never answers
         sock.bind(("127.0.0.1", 0))

@@ -158,6 +158,7 @@ def test_a_malformed_file_is_one_line_and_nothing_is_shown(run: Run, tmp_path: P
     )
 
 
+@pytest.mark.services  # runs the installed command
 def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("kind: NodeInventory\nnode: [\n")

@@ -77,6 +77,7 @@ def test_workers_reporting_on_their_own_pod(value: str | None, busy: Busy) -> No
     assert AnnotationSource("example.com/sessions").reading(view) is busy
 
 
+@pytest.mark.services  # a probe server on loopback
 def test_a_probe_needs_a_pod_address_before_it_counts() -> None:
     check_template("http://{ip}:8080/busy?pod={namespace}/{name}")
     with pytest.raises(ConfigurationError, match="http"):
