@@ -4,16 +4,16 @@ pods go in (read by ``karpenter``), findings come out.
 
 ``karpenter.sh/do-not-disrupt`` is bounded only by a NodePool's
 ``spec.template.spec.terminationGracePeriod`` (TGP): with it, drift and expiry drain a
-busy node anyway once the grace runs out (KP5); without it, drift skips the node for as
-long as the annotation stays (KP4) and expiry leaves it half-drained forever (KP6).
+busy node anyway once the grace runs out; without it, drift skips the node for as
+long as the annotation stays and expiry leaves it half-drained forever.
 
 | level | rule | when |
 |---|---|---|
 | FAIL | no-termination-grace-period | the guard is on and TGP is unset |
-| WARN | grace-not-above-worker-grace | TGP <= the workers' terminationGracePeriodSeconds (KP12) |
+| WARN | grace-not-above-worker-grace | TGP <= the workers' terminationGracePeriodSeconds |
 | WARN | grace-above-max-roll | TGP above ``--max-roll`` |
-| WARN | expiry-with-annotations | expireAfter set, an annotated pod there, TGP unset (KP6) |
-| WARN | claims-without-ceiling | NodeClaims whose own TGP is unset or differs (KP11) |
+| WARN | expiry-with-annotations | expireAfter set, an annotated pod there, TGP unset |
+| WARN | claims-without-ceiling | NodeClaims whose own TGP is unset or differs |
 | WARN | nodepool-missing | a relevant NodePool does not exist |
 | INFO | budgets, consolidation, worst-case-roll, disrupted-nodes, drifted-claims | always |
 

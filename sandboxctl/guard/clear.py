@@ -2,7 +2,7 @@
 
 The pods are those the guard's selector (and owner label) chooses; the annotation is
 removed where it is exactly ``"true"`` (another value is not the guard's). Terminating
-pods are skipped: Karpenter ignores the annotation on them (KP8). Stop the guard first,
+pods are skipped: Karpenter ignores the annotation on them. Stop the guard first,
 or it stamps busy pods again at its next tick.
 """
 

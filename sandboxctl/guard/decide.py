@@ -7,14 +7,14 @@ writing, so any instance clears a stale ``"true"`` an earlier one left (failover
 
 The rule, in order:
 
-1. a Terminating or terminal pod is left alone: Karpenter ignores the annotation on it
-   (KP8), and a patch would only race its deletion;
+1. a Terminating or terminal pod is left alone: Karpenter ignores the annotation on it,
+   and a patch would only race its deletion;
 2. the override label wins: ``pin`` wants the annotation, ``off`` wants it gone;
 3. otherwise busy wants it, idle wants it gone once the pod has been idle for
    ``idle_grace`` (short gaps between statements must not flap it), and an unknown
    reading (the source is failing) changes nothing;
 4. wanted and present, or unwanted and absent: nothing to do. A value other than
-   ``"true"`` (a KP14 duration, a typo) is overwritten when busy and left alone when idle;
+   ``"true"`` (a duration, a typo) is overwritten when busy and left alone when idle;
 5. a busy pod on a node tainted ``karpenter.sh/disrupted`` is not newly stamped: the drain
    has started, and a new stamp would only hold a half-drained node (forever without a
    NodePool ``terminationGracePeriod``). A stamp already there stays until the pod idles;

@@ -6,13 +6,13 @@ streams go on). Declaring it lost then kills that work. So, once a worker has
 failed ``threshold`` checks in a row:
 
 * busy and Terminating: **deferred** until its drain deadline, ``deletionTimestamp`` (which
-  is already the delete request plus the pod's grace, KP13) plus ``slack`` (the kubelet's
+  is already the delete request plus the pod's grace) plus ``slack`` (the kubelet's
   one-time 2 s preStop extension, clock skew). A hard deadline: a pod an unreachable
   kubelet leaves Terminating forever is declared lost when it passes;
 * idle and Terminating: **lost** at once; it must never be handed work again (8afdf27);
 * not Terminating: **lost** (unresponsive).
 
-Never issue a delete of your own: a later delete can only shorten the grace (KP13).
+Never issue a delete of your own: a later delete can only shorten the grace.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def is_terminating(pod: PodView | None) -> bool:
 
 def is_schedulable(pod: PodView, node: NodeView | None) -> bool:
     """May new work go to this worker? Not when its pod is Terminating, and not when its
-    node carries ``karpenter.sh/disrupted`` (the taint lands before the pod is Terminating,
-    KP5: new work there would pin a draining node for up to its grace period)."""
+    node carries ``karpenter.sh/disrupted`` (the taint lands before the pod is Terminating:
+    new work there would pin a draining node for up to its grace period)."""
     if pod.deletion_timestamp is not None or pod.terminal:
         return False
     return node is None or not node.disrupted

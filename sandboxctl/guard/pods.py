@@ -21,7 +21,7 @@ VALUE: Final = "true"
 DISRUPTED_TAINT: Final = "karpenter.sh/disrupted"
 NODEPOOL_LABEL: Final = "karpenter.sh/nodepool"
 OVERRIDE_LABEL: Final = "sandbox.cocoonstack.io/guard"
-DEFAULT_POD_GRACE_SECONDS: Final = 30  # a pod without terminationGracePeriodSeconds (KP13)
+DEFAULT_POD_GRACE_SECONDS: Final = 30  # a pod without terminationGracePeriodSeconds
 WORKER_GRACE_SECONDS: Final = 600  # a worker's drain window on SIGTERM
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 

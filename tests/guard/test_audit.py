@@ -68,7 +68,7 @@ def test_no_grace_period_fails_while_the_guard_is_on() -> None:
     assert report.pools[0].worst_case_roll is None  # unbounded
     off = audit(given(pool(grace=None), guard_enabled=False))
     assert rules(off, Level.FAIL) == []
-    assert rules(off, Level.WARN) == ["expiry-with-annotations"]  # an annotated pod, KP6
+    assert rules(off, Level.WARN) == ["expiry-with-annotations"]  # an annotated pod
     never = audit(given(pool(grace=None, expire="Never"), guard_enabled=False))
     assert never.verdict is Level.OK
 

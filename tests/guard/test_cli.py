@@ -79,7 +79,7 @@ def test_status_shows_what_is_guarded_busy_annotated_and_why(
     assert httpx.get(f"{url}/healthz").status_code == 200
 
 
-def test_the_metrics_the_issue_names_are_served(running: tuple[Guard, str]) -> None:
+def test_the_guard_serves_its_metrics(running: tuple[Guard, str]) -> None:
     _, url = running
     text = httpx.get(f"{url}/metrics").text
     for name in (
