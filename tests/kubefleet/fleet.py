@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from sandboxctl.agentapi import AgentClient, ClaimGrant, ClaimRequest
-from sandboxctl.core.ids import SandboxId
 from sandboxctl.apiserver.e2b.models import envd_access_token
+from sandboxctl.core.ids import SandboxId
 from tests.kubeapi.double import DoubleProcess, write_kubeconfig
 from tests.sandboxd.servers import free_port, sandboxes_unavailable, status_of, wait_until
 
