@@ -30,15 +30,16 @@ TESTS = Path(__file__).parent
 # by the fixtures that bring it (their defining module and name), and, for a few tests in
 # otherwise pure modules, by a mark of their own; a test of a session-scoped stack needs
 # services too. `make check` runs the tests that need none.
-FOLDER_NEEDS: dict[str, frozenset[str]] = {
+FOLDER_NEEDS: dict[str, frozenset[str]] = {  # the deepest folder named wins
     "sandboxd": frozenset({"root", "services"}),
-    "network": frozenset({"root", "netns", "services"}),
-    "serve": frozenset({"root", "services"}),
-    "templates": frozenset({"root", "services"}),
-    "clients": frozenset({"services"}),
-    "kubefleet": frozenset({"services"}),
+    "sandboxd/network": frozenset({"root", "netns", "services"}),
+    "sandboxd/templates": frozenset({"root", "services"}),
+    "fleet": frozenset({"root", "services"}),
+    "fleet/clients": frozenset({"services"}),
+    "fleet/kube": frozenset({"services"}),
     "kube": frozenset({"services"}),
-    "kubeapi": frozenset({"services"}),
+    "testing/kubeapi": frozenset({"services"}),
+    "relay": frozenset({"services"}),
     "manifests": frozenset({"services"}),  # kubectl against the API double
     "proxy": frozenset({"services"}),
     "publisher": frozenset({"services"}),
@@ -55,9 +56,9 @@ MODULE_NEEDS: dict[str, frozenset[str]] = {
     "apiserver/test_limits.py": frozenset({"services"}),
     "apiserver/test_warmpool.py": frozenset({"services"}),
     "cli/test_interrupt.py": frozenset({"services"}),
-    "e2b/test_config.py": frozenset({"services"}),
-    "e2b/test_fuzz.py": frozenset({"services"}),
-    "e2b/test_http.py": frozenset({"services"}),
+    "apiserver/e2b/test_config.py": frozenset({"services"}),
+    "apiserver/e2b/test_fuzz.py": frozenset({"services"}),
+    "apiserver/e2b/test_http.py": frozenset({"services"}),
     "envd/test_host.py": frozenset({"services"}),
     "guard/test_cli.py": frozenset({"services"}),
     "guard/test_e2e.py": frozenset({"services"}),
@@ -96,7 +97,8 @@ def _group(item: pytest.Item) -> str:
 def needs_of(item: pytest.Item) -> frozenset[str]:
     """The markers of what ``item`` needs beyond its own process (empty: a pure test)."""
     where = item.path.relative_to(TESTS)
-    needs = set(FOLDER_NEEDS.get(where.parts[0], ()))
+    folders = ("/".join(where.parts[:depth]) for depth in range(len(where.parts) - 1, 0, -1))
+    needs = set(next((FOLDER_NEEDS[f] for f in folders if f in FOLDER_NEEDS), ()))
     needs |= MODULE_NEEDS.get(where.as_posix(), frozenset())
     definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
     for name in item.fixturenames:
@@ -158,7 +160,7 @@ def template_store() -> Iterator[Path]:
     """The template store of every fleet and agent this session starts (serve,
     serve-sandboxd and ``template`` read SANDBOXCTL_TEMPLATE_STORE): a traversable
     temporary directory, never the host's /var/lib/sandboxctl/templates. Empty until a
-    test seeds it from the machine's template cache (tests/templates/cache.py)."""
+    test seeds it from the machine's template cache (tests/sandboxd/templates/cache.py)."""
     path = Path(tempfile.mkdtemp(prefix="sandboxctl-templates-", dir="/tmp"))
     path.chmod(0o711)
     with pytest.MonkeyPatch.context() as patch:

@@ -2,7 +2,7 @@
 
 Columns: the agent's API (sandboxd), the Sandbox API and the e2b API (both from the one
 table in ``apiserver/errors.py``). "-" means the error never reaches that API; a test walks
-every subclass and checks these (tests/test_errors.py). Nothing here is a 500.
+every subclass and checks these (tests/core/test_errors.py). Nothing here is a 500.
 
                                                       agent  Sandbox/e2b
 SandboxctlError                                       -      -

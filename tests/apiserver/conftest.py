@@ -16,9 +16,9 @@ from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import AUTH, KUBE_TOKENS, serving
 from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
 from tests.conftest import process_slot
-from tests.kubeapi.double import kube  # noqa: F401  (the Kubernetes API double)
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.store.real_fleet import RealFleet, real_fleet
+from tests.testing.kubeapi.double import kube  # noqa: F401  (the Kubernetes API double)
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 AGENTS_TOKEN = "fleet-root-token"

@@ -3,7 +3,7 @@ Sandbox bodies (any JSON, and Sandbox-shaped objects with wild fields), namespac
 names (any text, control characters included), and no answer may be a 5xx but the
 documented 502 (a node did not answer) and 503 (no capacity).
 
-As in tests/e2b/test_fuzz.py the fleet's node answers nothing, so the API's own reading
+As in tests/apiserver/e2b/test_fuzz.py the fleet's node answers nothing, so the API's own reading
 and checks are what is fuzzed. A few hundred requests, in seconds."""
 
 from __future__ import annotations

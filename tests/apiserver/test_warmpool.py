@@ -20,10 +20,10 @@ from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.lifecycle import EXIT_STOPPED, Group, Manager
 from sandboxctl.store import SandboxStore
-from tests.kubeapi.double import (
+from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import (
     Kube,
 )
-from tests.sandboxd.servers import wait_until
 
 G, V = "extensions.agents.x-k8s.io", "v1beta1"
 FAST = DriverSettings(interval=timedelta(seconds=0.2))

@@ -20,8 +20,8 @@ from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
 from sandboxctl_testing.kubeapi.resources import ResourceType
-from tests.kubeapi.double import Kube
 from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import Kube
 
 NS = "workers"
 SELECTOR = "app=worker"

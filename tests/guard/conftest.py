@@ -12,7 +12,7 @@ import pytest
 from sandboxctl.lanes.guardkit import KARPENTER_CRDS
 from sandboxctl_testing.kubeapi import start
 from tests.guard.cluster import Cluster
-from tests.kubeapi.double import CRDS, Kube, api_for, write_kubeconfig
+from tests.testing.kubeapi.double import CRDS, Kube, api_for, write_kubeconfig
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from sandboxctl.kube import Pods
 from sandboxctl_testing.kubeapi.server import Fault
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance, settings
 from tests.guard.endpoints import BlackHole, WorkerEndpoints
-from tests.kubeapi.double import api_for
 from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import api_for
 
 
 @pytest.fixture

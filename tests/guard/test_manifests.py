@@ -22,7 +22,7 @@ from sandboxctl.guard.decide import Busy
 from sandboxctl.guard.service import Guard
 from sandboxctl_testing.kubeapi.access import load_tokens
 from tests.guard.cluster import Cluster, StaticSource, settings
-from tests.kubeapi.double import PINNED_KUBECTL, REPO, Kube, Kubectl, api_for
+from tests.testing.kubeapi.double import PINNED_KUBECTL, REPO, Kube, Kubectl, api_for
 
 GUARD = REPO / "manifests" / "guard"
 UNIT = REPO / "manifests" / "systemd" / "sandboxctl-guard-workers.service"

@@ -18,11 +18,11 @@ from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.kube import KubeInventorySource, KubeStartError
 from sandboxctl.publisher import published_object
 from sandboxctl_testing.kubeapi import start
-from tests.kubeapi.double import (
+from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import (
     Kube,
     api_for,
 )
-from tests.sandboxd.servers import wait_until
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from kubernetes import client
 from sandboxctl.core.model import NodeInventory
 from sandboxctl.publisher import published_object
 from tests.cli.conftest import Run
-from tests.kubeapi.double import (
+from tests.testing.kubeapi.double import (
     Kube,
 )
 

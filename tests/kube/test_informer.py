@@ -15,8 +15,8 @@ from kubernetes import client
 
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import metadata_only
-from tests.kubeapi.double import DoubleProcess, Kube, api_for
 from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 

@@ -14,8 +14,8 @@ from kubernetes import client
 
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.kube import LeaderElector
-from tests.kubeapi.double import DoubleProcess, Kube, api_for
 from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
 
 FAST = {
     "lease_duration": timedelta(seconds=1.5),

@@ -21,7 +21,7 @@ from sandboxctl.lanes.guardkit import Completed, GuardKit, GuardWindows, LocalGu
 from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.progress import ConsoleProgress
 from sandboxctl_testing.kubeapi import start
-from tests.kubeapi.double import CRDS, write_kubeconfig
+from tests.testing.kubeapi.double import CRDS, write_kubeconfig
 
 
 def progress() -> ConsoleProgress:

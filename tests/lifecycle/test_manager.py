@@ -17,8 +17,8 @@ import pytest
 
 from sandboxctl.kube import LeaderElector
 from sandboxctl.lifecycle import EXIT_FAILED, EXIT_STOPPED, Group, Manager, Stop
-from tests.kubeapi.double import Kube
 from tests.sandboxd.servers import wait_until
+from tests.testing.kubeapi.double import Kube
 
 
 class Journal:

@@ -25,7 +25,7 @@ from sandboxctl.inventory.kube import KubeInventorySource
 from sandboxctl.kube import NODE_INVENTORIES, SANDBOX_WARM_POOLS, CustomObjects, LeaderElector
 from sandboxctl.publisher import published_object
 from sandboxctl_testing.kubeapi.access import load_tokens
-from tests.kubeapi.double import (
+from tests.testing.kubeapi.double import (
     PINNED_KUBECTL,
     REPO,
     Kube,

@@ -17,7 +17,7 @@ from sandboxctl.clock import ManualClock
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
 from sandboxctl.publisher import FIELD_MANAGER, Outcome, Publisher
 from sandboxctl_testing.kubeapi.server import Fault
-from tests.kubeapi.double import Kube
+from tests.testing.kubeapi.double import Kube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)

@@ -283,7 +283,7 @@ def test_no_sandbox_can_reach_the_agents_own_port(
             agent.spec(record), agent.identity(record), Command(["python3", "-c", connect])
         )
         results[net] = entering.run(entry, timeout=30, text=True)
-    # net=egress is a policy for the sandbox's own veth (tests/network): the agent's
+    # net=egress is a policy for the sandbox's own veth (tests/sandboxd/network): the agent's
     # loopback is never the sandbox's, whatever the net.
     for net in ("none", "egress"):
         assert results[net].returncode != 0

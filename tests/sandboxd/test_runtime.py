@@ -232,7 +232,7 @@ def test_two_sandboxes_cannot_see_each_other(sandboxes: Callable[..., Box]) -> N
 def test_every_sandbox_has_a_network_namespace_with_only_loopback(
     sandboxes: Callable[..., Box],
 ) -> None:
-    """Without the agent's network (which adds a veth, tests/network) a sandbox cannot
+    """Without the agent's network (which adds a veth, tests/sandboxd/network) a sandbox cannot
     reach the host: its loopback is its own."""
     isolated = sandboxes()
     with socket.socket() as listener:

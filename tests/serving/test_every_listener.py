@@ -19,6 +19,7 @@ from sandboxctl.guard.serve import GuardHttp
 from sandboxctl.publisher.metrics import PublishMetrics
 from sandboxctl.serving.bounds import ReadBounds
 from tests.apiserver.helpers import KUBE_TOKEN, kube_tls
+from tests.fleet.fleet import free_ports, start_fleet, stop_fleets
 from tests.sandboxd.servers import (
     agent_process,
     free_port,
@@ -26,7 +27,6 @@ from tests.sandboxd.servers import (
     service_process,
     write_token,
 )
-from tests.serve.fleet import free_ports, start_fleet, stop_fleets
 from tests.serving.attack import (
     BOUND_FLAGS,
     HEAD,

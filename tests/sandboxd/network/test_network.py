@@ -1,0 +1,276 @@
+"""Every sandbox's network, with real namespaces, veths, NAT and nftables rules.
+
+The only traffic leaves for test hosts in namespaces this test makes (198.51.100.0/24,
+no default route) and loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sandboxctl.agentapi.models import ClaimRequest
+from sandboxctl.agentapi.network import NetworkUpdate
+from sandboxctl.core.netpolicy import policy
+from sandboxctl.envd.host import Command
+from sandboxctl.sandboxd import entering
+from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.errors import BadRequest
+from sandboxctl.sandboxd.network.firewall import GUEST_MARK
+from sandboxctl.sandboxd.network.links import host_end
+from sandboxctl.sandboxd.state import SandboxRecord
+from sandboxctl_testing.nethost import NetHost, net_host
+from tests.sandboxd.network.leftovers import count_leftovers
+from tests.sandboxd.servers import wait_until
+
+PORT = 8080
+CONNECT = (
+    "import socket, sys\n"
+    "try:\n"
+    "    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 1.5)\n"
+    "except OSError as e:\n"
+    "    sys.exit(print('blocked', type(e).__name__))\n"
+    "try:\n"
+    "    print('open', s.recv(100).decode())\n"
+    "except TimeoutError:\n"
+    "    print('open')\n"  # a server that waits for the client to speak first
+)
+
+
+def inside(agent: Agent, record: SandboxRecord, *argv: str) -> str:
+    entry = agent.runtime.enter(agent.spec(record), agent.identity(record), Command(argv))
+    done = entering.run(entry, timeout=30, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def reach(agent: Agent, record: SandboxRecord, host: str, port: int = PORT) -> str:
+    """``open <what the server said>`` or ``blocked <error>``."""
+    return inside(agent, record, "python3", "-c", CONNECT, host, str(port))
+
+
+@pytest.fixture
+def testhost() -> NetHost:
+    with net_host(extra_addresses=2) as host:
+        for address in host.addresses:
+            host.serve_tcp(address, PORT)
+        yield host  # type: ignore[misc]
+
+
+def test_a_sandbox_with_internet_reaches_a_test_host_through_nat(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    agent = network_agent()
+    agent.start()
+    online = agent.claim(ClaimRequest("base", net="egress"))
+    offline = agent.claim(ClaimRequest("base"))
+    target = testhost.addresses[0]
+    # The test host sees the host's own address on its link: the sandbox was masqueraded.
+    assert reach(agent, online, target) == f"open {testhost.gateway}"
+    assert reach(agent, offline, target).startswith("blocked")
+    routes = inside(agent, online, "ip", "route")
+    assert f"default via {agent.network.subnet.gateway}" in routes  # type: ignore[union-attr]
+
+
+def test_the_host_loopback_abstract_sockets_and_other_sandboxes_are_out_of_reach(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    agent = network_agent()
+    agent.start()
+    one = agent.claim(ClaimRequest("base", network=policy(True)))
+    other = agent.claim(ClaimRequest("base", network=policy(True)))
+    with socket.create_server(("0.0.0.0", 0)) as listener, socket.socket(socket.AF_UNIX) as unix:
+        port = listener.getsockname()[1]
+        unix.bind(b"\0sandboxctl-test-" + str(port).encode())
+        unix.listen(1)
+        gateway = agent.network.subnet.gateway  # type: ignore[union-attr]
+        for host_address in (testhost.gateway, gateway, "127.0.0.1"):
+            assert reach(agent, one, host_address, port).startswith("blocked"), host_address
+        abstract = inside(
+            agent, one, "python3", "-c",
+            "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+            f"try:\n s.connect(b'\\0sandboxctl-test-{port}'); print('open')\n"
+            "except OSError as e: print('blocked', type(e).__name__)",
+        )  # fmt: skip
+        assert abstract.startswith("blocked")
+    inside(agent, other, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 & sleep 0.5")
+    assert reach(agent, other, "127.0.0.1").startswith("open")  # it listens
+    assert reach(agent, one, other.address).startswith("blocked")
+
+
+def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_do_not(
+    network_agent: Callable[..., Agent],
+) -> None:
+    """What the envd proxy does for a guest port listening on the sandbox's address: a
+    connection from the host, bound to the sandbox's veth and carrying the guest mark, is
+    answered (the filter lets the answers of such connections in); one without the mark
+    (any unprivileged process on the host) is not; another sandbox cannot connect."""
+    agent = network_agent()
+    agent.start()
+    server = agent.claim(ClaimRequest("base"))  # no internet: reaching it needs none
+    other = agent.claim(ClaimRequest("base", network=policy(True)))
+    inside(agent, server, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 &")
+    wait_until(
+        lambda: reach(agent, server, "127.0.0.1").startswith("open"),
+        timeout=20,
+        interval=0.1,
+        what="the server in the sandbox to listen",
+    )
+    with socket.socket() as unmarked:
+        unmarked.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode())
+        unmarked.settimeout(1)
+        assert unmarked.connect_ex((server.address, PORT)) != 0  # its answers are dropped
+    with socket.socket() as host_side:
+        host_side.setsockopt(
+            socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(server.id).encode()
+        )
+        host_side.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, GUEST_MARK)
+        host_side.settimeout(5)
+        host_side.connect((server.address, PORT))
+        host_side.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+        assert host_side.recv(100).startswith(b"HTTP/1.0 200")
+    assert reach(agent, other, server.address).startswith("blocked")
+    # Bound to another sandbox's veth, the host does not reach this one's address.
+    with socket.socket() as wrong:
+        wrong.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, host_end(other.id).encode())
+        wrong.settimeout(1)
+        assert wrong.connect_ex((server.address, PORT)) != 0
+
+
+def test_allow_wins_over_deny_and_rules_change_live(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    agent = network_agent()
+    agent.start()
+    first, second = testhost.addresses
+    record = agent.claim(
+        ClaimRequest("base", network=policy(True, deny_out=[f"{testhost.gateway}/29"]))
+    )
+    assert reach(agent, record, first).startswith("blocked")
+    assert reach(agent, record, second).startswith("blocked")
+
+    agent.set_network(record.id, NetworkUpdate(allow_out=(second,), deny_out=("0.0.0.0/0",)))
+    assert reach(agent, record, first).startswith("blocked")
+    assert reach(agent, record, second).startswith("open")
+
+    agent.set_network(record.id, NetworkUpdate(internet=False, allow_out=(first,)))
+    assert reach(agent, record, first).startswith("open")
+    assert reach(agent, record, second).startswith("blocked")
+    assert agent.get(record.id).net == "none"
+
+    with pytest.raises(BadRequest, match=r"network\.allowOut: 'example\.com' is a domain"):
+        agent.set_network(record.id, NetworkUpdate(allow_out=("example.com",)))
+
+
+def test_dns_is_forwarded_for_sandboxes_with_internet_only(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    resolver = testhost.addresses[1]
+    testhost.serve_dns(resolver, "198.51.100.77")
+    agent = network_agent(dns=(resolver, 53))
+    agent.start()
+    online = agent.claim(ClaimRequest("base", network=policy(True)))
+    offline = agent.claim(ClaimRequest("base", network=policy(False)))
+    lookup = (
+        "import socket\ntry: print(socket.gethostbyname('where.test'))\n"
+        "except OSError as e: print('failed', type(e).__name__)"
+    )
+    assert inside(agent, online, "python3", "-c", lookup) == "198.51.100.77"
+    assert inside(agent, offline, "python3", "-c", lookup).startswith("failed")
+
+
+def settle(agent: Agent) -> None:
+    """Wait until the running agent's warm pools are full and no refill is under way (a
+    refill mid-start has its chain before its veth)."""
+    wait_until(
+        lambda: not any(p.warm < p.target or p.refilling for p in agent.info().pools),
+        timeout=30,
+        interval=0.05,
+        what="the warm pool to settle",
+    )
+
+
+def leftovers(agent: Agent) -> dict[str, int]:
+    assert agent.network is not None
+    return count_leftovers(agent.network.key, str(agent.network.subnet), agent.settings.uid_base)
+
+
+def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_exit(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    agent = network_agent()
+    agent.start()
+    kept = agent.claim(ClaimRequest("base", network=policy(True)))
+    released = agent.claim(ClaimRequest("base", network=policy(True)))
+    agent.release(released.id)
+    settle(agent)
+    before = leftovers(agent)
+    # Each live sandbox (the kept one, warm ones the refill started) has a chain and a
+    # veth; the released one has neither.
+    assert before["chains"] >= 1
+    assert before["veths"] == before["chains"]
+    assert not Path("/sys/class/net", host_end(released.id)).exists()
+
+    agent.stop(destroy=False)  # the sandboxes keep running, filtered, while it is down
+    assert reach(agent, kept, testhost.addresses[0]).startswith("open")
+    again = network_agent()
+    again.start()  # adopts: re-attaches each network, rebuilds the table from them
+    kept = again.get(kept.id)
+    assert reach(again, kept, testhost.addresses[0]).startswith("open")
+    settle(again)
+    assert leftovers(again)["chains"] >= 1
+
+    again.stop(destroy=True)
+    assert leftovers(again) == {
+        "veths": 0, "routes": 0, "chains": 0, "elements": 0, "namespaces": 0,
+    }  # fmt: skip
+
+
+HOLD = (
+    "import socket, sys\n"
+    "held = []\n"
+    "for _ in range(int(sys.argv[3])):\n"
+    "    try:\n"
+    "        held.append(socket.create_connection((sys.argv[1], int(sys.argv[2])), 1.5))\n"
+    "    except OSError:\n"
+    "        break\n"
+    "print(len(held), flush=True)\n"
+)
+
+
+def test_a_sandbox_has_at_most_its_share_of_the_hosts_connection_tracking(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    """The host's conntrack table carries every sandbox's connections: one sandbox that
+    opens connections without end is refused past its own count, and the others, and
+    the host, still connect."""
+    agent = network_agent(connections=8)
+    agent.start()
+    greedy = agent.claim(ClaimRequest("base", network=policy(True)))
+    other = agent.claim(ClaimRequest("base", network=policy(True)))
+    target = testhost.addresses[0]
+    testhost.serve_tcp(target, PORT + 1, mode="sink")  # keeps what it accepts open
+    hold = Command(
+        ["python3", "-c", HOLD + "import time\ntime.sleep(60)", target, str(PORT + 1), "50"]
+    )
+    holder = entering.popen(
+        agent.runtime.enter(agent.spec(greedy), agent.identity(greedy), hold),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "8"  # the ninth was dropped
+        assert reach(agent, greedy, target).startswith("blocked")
+        assert reach(agent, other, target) == f"open {testhost.gateway}"
+        with socket.create_connection((target, PORT), 5):
+            pass  # the host's own connections are not a sandbox's
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # its group: the command inside too
+        holder.communicate()
