@@ -163,7 +163,8 @@ def _add_sandbox_routes(
 
     @app.post("/v1/sandboxes/{sandbox_id}/renew", dependencies=as_root_or_sandbox)
     def renew(sandbox_id: str, request: RenewBody) -> Response:
-        record = agent.renew(sandbox_id, request.ttl_seconds, request.on_expire or None)
+        on_expire = None if request.on_expire is UNSET else request.on_expire  # "" is refused
+        record = agent.renew(sandbox_id, request.ttl_seconds, on_expire)
         return answer(RenewAnswer(_time(record.deadline)))
 
     @app.post(

@@ -211,6 +211,8 @@ def test_bad_claims_get_a_json_error_and_change_nothing(
         ("POST", "/v1/claim", {"Content-Type": "application/x-www-form-urlencoded"},
          b'{"template": "base"}', "the body must be JSON (Content-Type: application/json)"),
         ("POST", "/v1/sandboxes/sb_0/renew", {}, b"", "a JSON object body is required"),
+        ("POST", "/v1/sandboxes/sb_0/renew", {}, b'{"on_expire": ""}',
+         "on_expire: must be one of destroy, pause"),
         ("PUT", "/v1/pools", {}, b'{"pools": [{"template": "base", "warm": 1, "net": 5}]}',
          "pools[0].net: expected a string, got int"),
     ],
