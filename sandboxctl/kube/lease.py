@@ -5,8 +5,8 @@ A candidate reads the Lease; it takes it when it is absent, free, or not renewed
 record last changed, so clocks that disagree do not matter), and renews it every
 ``retry_period``. The write is a PUT carrying the resourceVersion it read: of two
 candidates that try at once, one gets 409 and stays a follower. A leader that has not
-renewed for ``renew_deadline`` (a control-plane outage) stops leading: ``on_stopped``
-runs, and after ``rejoin_after`` it is a candidate again. The process goes on either way.
+renewed for ``renew_deadline`` (a control-plane outage, or a renewal that raised
+anything else) stops leading: ``on_stopped`` runs, and after ``rejoin_after`` it is a candidate again. The process goes on either way.
 A stop hands the lease back, so a successor need not wait out the duration. The elector
 is a runnable (``lifecycle``): a process manager runs it to start and stop its
 leader-elected group; ``start()``/``stop()`` run it on its own.
@@ -137,7 +137,14 @@ class LeaderElector:
                 self._release()
 
     def _renew(self, leading: Stop) -> None:
-        if self._try():
+        """One renewal; any failure (not only a KubeError) is a missed renewal, and past
+        the renew deadline without one this process stops leading."""
+        try:
+            renewed = self._try()
+        except Exception:
+            log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
+            renewed = False
+        if renewed:
             self._renewed = self._clock.monotonic()
             self.stats.renewals += 1
             return

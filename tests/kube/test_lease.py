@@ -126,3 +126,24 @@ def test_durations_must_nest(kube: Kube) -> None:
             lease_duration=timedelta(seconds=1),
             renew_deadline=timedelta(seconds=2),
         )
+
+
+def test_a_leader_whose_renewals_raise_stops_leading(kube: Kube) -> None:
+    """Any failure to renew counts, not only a KubeError: past the renew deadline the
+    leader stops leading (no split brain with a successor)."""
+    candidate = Candidate(kube.api, "solo")
+    candidate.elector.start()
+    try:
+        wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("not a KubeError")
+
+        candidate.elector._api.read_namespaced_lease = broken  # type: ignore[method-assign,assignment]
+        wait_until(
+            lambda: candidate.log == ["started", "stopped"], timeout=10, what="leading to end"
+        )
+        assert not candidate.elector.is_leader
+        assert candidate.elector.stats.lost == 1
+    finally:
+        candidate.elector.stop()
