@@ -116,9 +116,12 @@ class FleetReads:
         applied. The ledger (objects, versions, the change log) is brought up to it only
         for ``ledger``: the e2b API and the proxy never need the Kubernetes objects, so
         they never pay for building them."""
-        view = self._source.snapshot().view(self._rule, self._clock.now(), self._clock.monotonic())
         with self._sync_lock:  # one at a time: the ledger must never go back to older inputs
-            snapshot = view.snapshot
+            # The snapshot is taken under the lock: one taken before it could be older
+            # than the one another thread synced meanwhile, and rebuilding from it would
+            # log the sandboxes added since as deleted.
+            snapshot = self._source.snapshot()
+            view = snapshot.view(self._rule, self._clock.now(), self._clock.monotonic())
             if len(self._writes):
                 self._writes.settle(snapshot.record, self._clock.monotonic())
             inputs = (snapshot, view.rule.cutoff(view.reference), self._writes.version)
