@@ -5,7 +5,9 @@ Parts are :class:`Runnable` s added to a :class:`Group`. :meth:`Manager.run` sta
 groups in order, each part on a thread of its own: the servers, then the caches (the
 rest starts only once every cache has synced), then the other parts, then the election
 when there is one; the leader-elected parts start each time this process wins the Lease
-and stop when it loses it (the process goes on and campaigns again). It returns when a
+and stop when it loses it (the process goes on and campaigns again; a part that does not
+stop within the grace period then fails the process, and is never started again while its
+first run is alive). It returns when a
 stop is asked (:meth:`Manager.stop`, SIGINT or SIGTERM) or a part fails (raises, or
 returns before the stop), after stopping the groups in reverse order within one grace
 period; its result is the exit code.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import signal
 import threading
@@ -83,6 +86,7 @@ class Manager:
         self.stopping = Stop()  # set when the orderly stop begins, whatever asked it
         self._failures: list[str] = []
         self._previous: dict[int, object] = {}
+        self._deadline = math.inf  # the end of the grace, once the stop is under way
 
     def add(self, runnable: Runnable, group: Group = Group.OTHERS) -> None:
         if group is Group.LEADER_ELECTED and self._election is None:
@@ -128,8 +132,9 @@ class Manager:
             self._start_all()
             self.stopping.wait()
         finally:
+            self._deadline = time.monotonic() + self._grace
             self.stopping.set()
-            in_time = self._stop_all(time.monotonic() + self._grace)
+            in_time = self._stop_all(self._deadline)
         if self._failures:
             log.error("stopped after a failure: %s", "; ".join(self._failures))
             return EXIT_FAILED
@@ -193,6 +198,12 @@ class Manager:
         with self._leading_lock:
             if self.stopping.is_set():
                 return
+            previous = self._running.get(Group.LEADER_ELECTED)
+            alive = [t.name for t in previous.threads if t.is_alive()] if previous else []
+            if alive:  # never two runs of one part at once
+                log.error("leading again while %s still run", ", ".join(alive))
+                self._fail(f"{', '.join(alive)} still ran when the Lease was won again")
+                return
             log.info("leading: starting %d parts", len(self._parts[Group.LEADER_ELECTED]))
             running = self._running[Group.LEADER_ELECTED] = _Running()
             for part in self._parts[Group.LEADER_ELECTED]:
@@ -200,14 +211,26 @@ class Manager:
 
     def _follow(self) -> None:
         """The Lease is lost (or handed back): the leader-elected parts stop; the rest
-        goes on, and the election campaigns again."""
+        goes on, and the election campaigns again. A part that does not stop within the
+        grace is a failure of the process (it may still write without the Lease), and its
+        run stays recorded so that it is never started again while it is alive.
+
+        The join holds no lock (a stop of the process must not wait for it) and ends by
+        the stop's own deadline once one is under way."""
         with self._leading_lock:
             running = self._running.get(Group.LEADER_ELECTED)
             if running is None or not running.threads:
                 return
             running.stop.set()
-            _join(running.threads, time.monotonic() + self._grace)
-            self._running[Group.LEADER_ELECTED] = _Running()
+        late = _join(running.threads, min(time.monotonic() + self._grace, self._deadline))
+        if late:
+            for name in late:
+                log.error("%s did not stop within the grace period after the Lease was lost", name)
+            self._fail(f"{', '.join(late)} did not stop within the grace after the Lease was lost")
+            return
+        with self._leading_lock:
+            if self._running.get(Group.LEADER_ELECTED) is running:
+                self._running[Group.LEADER_ELECTED] = _Running()
 
     # --- stopping -----------------------------------------------------------------------
 

@@ -6,10 +6,12 @@ once this process holds the Lease (against the Kubernetes API double)."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -201,6 +203,91 @@ def test_the_leader_elected_group_starts_only_once_this_process_leads(kube: Kube
         thread.join(timeout=15)
     assert codes == [EXIT_STOPPED]
     assert journal.entries[-2:] == ["stop driver", "stop other"]
+
+
+class Election:
+    """An election the test drives: ``lead`` wins the Lease, ``follow`` loses it; a stop
+    of a leader hands it back (``on_stopped``), as LeaderElector does."""
+
+    name = "election"
+
+    def __init__(self) -> None:
+        self.commands: queue.Queue[str] = queue.Queue()
+
+    def __call__(self, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> Election:
+        self._on_started, self._on_stopped = on_started, on_stopped
+        return self
+
+    def run(self, stop: Stop) -> None:
+        stop.on_set(lambda: self.commands.put("stop"))
+        leading = False
+        while (command := self.commands.get()) != "stop":
+            leading = command == "lead"
+            (self._on_started if leading else self._on_stopped)()
+        if leading:
+            self._on_stopped()
+
+
+class Counted(Stubborn):
+    """Ignores its stop until released; counts its runs and notes when a stop is asked."""
+
+    def __init__(self, name: str, journal: Journal) -> None:
+        super().__init__(name, journal)
+        self.runs = 0
+        self.asked = threading.Event()
+
+    def run(self, stop: Stop) -> None:
+        self.runs += 1
+        stop.on_set(self.asked.set)
+        super().run(stop)
+
+
+def test_a_leader_elected_part_that_outlives_the_grace_fails_and_never_runs_twice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    elect = Election()
+    stubborn = Counted("driver", Journal())
+    manager = Manager(grace=timedelta(milliseconds=200), election=elect)
+    manager.add(stubborn, Group.LEADER_ELECTED)
+    thread, codes = run_in_background(manager)
+    try:
+        elect.commands.put("lead")
+        wait_until(lambda: stubborn.runs == 1, timeout=5, what="the driver's start")
+        elect.commands.put("follow")  # the Lease is lost; the driver ignores its stop
+        elect.commands.put("lead")  # and won back
+        thread.join(timeout=5)
+        assert codes == [EXIT_FAILED]
+        assert stubborn.runs == 1  # not started again while its first run is alive
+        assert "driver did not stop within the grace period after the Lease" in caplog.text
+    finally:
+        manager.stop()
+        stubborn.release.set()
+        thread.join(timeout=5)
+
+
+def test_a_lease_lost_during_the_stop_does_not_stretch_the_grace() -> None:
+    grace = 1.0
+    elect = Election()
+    stubborn = Counted("driver", Journal())
+    manager = Manager(grace=timedelta(seconds=grace), election=elect)
+    manager.add(Part("server", Journal()), Group.SERVERS)
+    manager.add(stubborn, Group.LEADER_ELECTED)
+    thread, codes = run_in_background(manager)
+    try:
+        elect.commands.put("lead")
+        wait_until(lambda: stubborn.runs == 1, timeout=5, what="the driver's start")
+        began = time.monotonic()
+        manager.stop()
+        wait_until(stubborn.asked.is_set, timeout=5, what="the driver's stop")
+        Stop().wait(0.6 * grace)  # the Lease is lost well into the grace
+        elect.commands.put("follow")
+        thread.join(timeout=10)
+        took = time.monotonic() - began
+    finally:
+        stubborn.release.set()
+        thread.join(timeout=5)
+    assert codes == [EXIT_FAILED]  # the driver outlived the grace
+    assert took < grace + 0.3, f"the stop took {took:.2f}s, grace {grace}s"
 
 
 def test_a_leader_elected_part_needs_an_election() -> None:
