@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 import msgspec
 import msgspec.inspect as types
@@ -53,7 +53,10 @@ class WireError(InvalidValueError):
 
 
 class NotJson(WireError):
-    """Bytes that are not JSON at all (or nest too deeply to read)."""
+    """Bytes that are not JSON at all (or nest too deeply to read: ``TOO_DEEP``)."""
+
+
+TOO_DEEP: Final = "nested too deeply"
 
 
 class Model(msgspec.Struct, frozen=True):
@@ -153,7 +156,7 @@ def kind_of(value: object) -> str:
 
 def _not_json(error: Exception) -> NotJson:
     if isinstance(error, RecursionError):
-        return NotJson("", "nested too deeply")
+        return NotJson("", TOO_DEEP)
     return NotJson("", str(error))
 
 

@@ -113,8 +113,9 @@ async def read_body(
             if _deeper_than(data, max_depth):  # what is built from it would recurse as far
                 raise BodyRefused(f"the request body nests deeper than {max_depth} levels")
         return wire.decode(shape, data)
-    except wire.NotJson:
-        raise BodyRefused(NOT_JSON) from None
+    except wire.NotJson as error:
+        nested = error.problem == wire.TOO_DEEP
+        raise BodyRefused(f"{NOT_JSON}: {wire.TOO_DEEP}" if nested else NOT_JSON) from None
 
 
 def body(

@@ -22,7 +22,7 @@ from sandboxctl.core.wire import Model, NonEmpty
 MAX_TIMEOUT: Final = 24 * 3600  # what a host agent grants at most
 MAX_REFRESH: Final = 3600
 Seconds = Annotated[int, msgspec.Meta(ge=1, le=MAX_TIMEOUT)]
-EMPTY: Final[tuple[object, ...]] = (None, [], {}, "")  # an option given this way is not asked for
+EMPTY: Final[tuple[object, ...]] = (None, [], {})  # an option given this way is not asked for
 
 # What this fleet does not serve, and why: refused when given with a value.
 NOT_SERVED: Final = {

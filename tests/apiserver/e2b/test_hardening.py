@@ -56,6 +56,7 @@ def test_a_deeply_nested_body_is_400(stack: Stack) -> None:
         for path in ("/sandboxes", "/v2/sandboxes", "/sandboxes/sb-x/timeout"):
             reply = http.post(path, content=b"[" * 100_000 + b"]" * 100_000)
             assert reply.status_code == 400, (path, reply.text)
+            assert reply.json()["message"] == "request body is not valid JSON: nested too deeply"
 
 
 def test_a_body_over_the_cap_is_413(stack: Stack) -> None:

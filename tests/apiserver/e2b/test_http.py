@@ -165,7 +165,12 @@ def test_error_table(
 
 
 def test_unsupported_options_are_named(client: httpx.Client) -> None:
-    for option, value in (("network", {"x": 1}), ("volumeMounts", [1]), ("mcp", {"a": 1})):
+    for option, value in (
+        ("network", {"x": 1}),
+        ("volumeMounts", [1]),
+        ("mcp", {"a": 1}),
+        ("mcp", ""),  # given, though empty: asked for, and refused
+    ):
         reply = client.post("/v2/sandboxes", json={"templateID": "base", option: value})
         assert reply.status_code == 400
         assert option in reply.json()["message"]
