@@ -5,8 +5,9 @@ A candidate reads the Lease; it takes it when it is absent, free, or not renewed
 record last changed, so clocks that disagree do not matter), and renews it every
 ``retry_period``. The write is a PUT carrying the resourceVersion it read: of two
 candidates that try at once, one gets 409 and stays a follower. A leader that has not
-renewed for ``renew_deadline`` (a control-plane outage, or a renewal that raised
-anything else) stops leading: ``on_stopped`` runs, and after ``rejoin_after`` it is a candidate again. The process goes on either way.
+renewed for ``renew_deadline`` (a control-plane outage, or a renewal that raised anything
+else) stops leading: ``on_stopped`` runs, and after ``rejoin_after`` it is a candidate
+again. The process goes on either way.
 A stop hands the lease back, so a successor need not wait out the duration. The elector
 is a runnable (``lifecycle``): a process manager runs it to start and stop its
 leader-elected group; ``start()``/``stop()`` run it on its own.
