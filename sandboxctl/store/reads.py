@@ -6,9 +6,12 @@ inventories do not show yet (``overlay``), and keeps every sandbox as one Kubern
 object with a resourceVersion and a log of changes (``ledger``): lists, pages and watches
 read those, so a write through this server is visible to its next read of any kind.
 
-A read is brought up to date when it is made, and whenever the source swaps in a new
+A read is brought up to date when it is made, and soon after the source swaps in a new
 snapshot (the source notifies): so the ledger logs an inventory change, and wakes the
-watches, without anyone polling for it. What no notification announces is time: a node
+watches, without anyone polling for it. A notification only wakes this object's syncer
+thread, which runs one sync for every burst of them: a source notifies once per polled
+node or informer event, and a rebuild per notification on the source's thread made a
+poll round of N nodes cost N rebuilds. What no notification announces is time: a node
 going stale shows at the next read (a watch's tick reads).
 
 The owners this server remembers (``owners``) are kept here, since an inventory change
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +45,10 @@ from sandboxctl.store.owners import Owners
 from sandboxctl.store.pages import KeyOf, SortedIndex
 from sandboxctl.store.query import Query
 from sandboxctl.store.watch import Watch
+
+log = logging.getLogger("sandboxctl.store")
+
+SYNCER_IDLE = 30.0  # seconds without a notification before the syncer thread ends
 
 
 @dataclass(slots=True)
@@ -89,11 +97,14 @@ class FleetReads:
         self._pages: dict[KeyOf, SortedIndex] = {}
         self._sync_lock = threading.Lock()
         self._read: tuple[tuple[object, ...], Read] | None = None
-        self._unsubscribe = source.subscribe(self._source_changed)
+        self._syncer = _Syncer(self._sync_for_source, f"fleet-reads-sync-{id(self):x}")
+        self._unsubscribe = source.subscribe(self._syncer.wake)
 
     def close(self) -> None:
-        """Stop following the source (the source belongs to the caller)."""
+        """Stop following the source (the source belongs to the caller), and end the
+        syncer thread (after the sync it may be running)."""
         self._unsubscribe()
+        self._syncer.close()
 
     @property
     def stats(self) -> ReadStats:
@@ -142,9 +153,20 @@ class FleetReads:
                 self._ledger.sync(inputs, lambda: read.records)
             return read
 
-    def _source_changed(self) -> None:
-        # From the source's thread: log the change now (waking the watches) if anything
-        # reads the ledger, and drop the owners it makes wrong.
+    def latest(self) -> Read:
+        """The last read built, its view judged at the current time (a node gone stale
+        since is not in it); never waits on a sync under way, so it may miss a change
+        the source notified a moment ago. Builds one only when none was built yet."""
+        last = self._read
+        if last is None:
+            return self.current()
+        snapshot = last[1].view.snapshot
+        view = snapshot.view(self._rule, self._clock.now(), self._clock.monotonic())
+        return dataclasses.replace(last[1], view=view)
+
+    def _sync_for_source(self) -> None:
+        # On the syncer thread, after a burst of notifications: log the change (waking
+        # the watches) if anything reads the ledger, and drop the owners it makes wrong.
         self.current(ledger=self._ledger.synced)
 
     # --- this server's writes ------------------------------------------------------------
@@ -338,3 +360,59 @@ def _newer_build(entry: Mapping[str, Any], than: Mapping[str, Any] | None) -> bo
         bool(than.get("digest")),
         str(than.get("createdAt") or ""),
     )
+
+
+class _Syncer:
+    """One thread that runs ``sync`` after :meth:`wake`, once for however many wakes
+    came while it was not yet running: a burst of notifications costs one sync, or two
+    when it straddles one. The thread starts at the first wake, ends after
+    ``SYNCER_IDLE`` seconds without one (the next wake starts another), and at
+    :meth:`close`."""
+
+    def __init__(self, sync: Callable[[], None], name: str) -> None:
+        self._sync = sync
+        self._name = name
+        self._cond = threading.Condition()
+        self._pending = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        """Mark the reads out of date; cheap, from any thread (the source's)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._pending = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while self._next():
+            try:
+                self._sync()
+            except Exception:  # the next notification, or the next read, syncs again
+                log.exception("a fleet reads sync after an inventory change failed")
+
+    def _next(self) -> bool:
+        """Wait for a wake; False when the thread is to end (closed, or idle)."""
+        with self._cond:
+            while not self._pending and not self._closed:
+                if not self._cond.wait(SYNCER_IDLE) and not self._pending:
+                    self._thread = None
+                    return False
+            if self._closed:
+                self._thread = None
+                return False
+            self._pending = False
+            return True

@@ -136,7 +136,7 @@ class OwnerResolver:
         owner = self.owners.get(sandbox_id)
         if owner is None or not owner.token:
             return None
-        read = self._reads.current()
+        read = self._reads.latest()  # never waits on a sync: the event loop calls this
         held = self._reads.held_claim(owner.claim_id, read)
         moved = held is not None and held.node != owner.node
         inventory = read.view.inventory(owner.node)  # None once stale
