@@ -159,6 +159,8 @@ def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -
             collect_gone(runtime)  # the start has succeeded: a refused one changes nothing
             served = _served(fleet, found, kube_tls, agent, store, manager, sockets)
             manager.add(served, Group.SERVERS)
+            for loop in agent.loops():  # stopped before the agent destroys anything
+                manager.add(loop)
             write_client_files(fleet, found, kube_tls.cert_file)
             say(usage(fleet, template))
             manager.add(

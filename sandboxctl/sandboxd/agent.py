@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import DEFAULT_NET, PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.templates import READY_TIMEOUT
-from sandboxctl.lifecycle import Stop
+from sandboxctl.lifecycle import Runnable, Stop
 from sandboxctl.sandboxd import hostlimits
 from sandboxctl.sandboxd.adoption import Adoption, AdoptionReport
 from sandboxctl.sandboxd.attachments import Attachments
@@ -71,6 +72,7 @@ __all__ = ["AdoptionReport", "Agent", "AgentSettings"]
 log = logging.getLogger("sandboxctl.sandboxd")
 
 BASE_TEMPLATE = "base"
+LOOP_STOP_TIMEOUT = 30.0  # how long a stop waits for a loop before it destroys anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +132,9 @@ class Agent:
         self._records: dict[str, SandboxRecord] = {}
         self._dead: list[SandboxRecord] = []  # forgotten under the lock, cleaned up off it
         self._ended_tokens = EndedTokens()
-        self._stopping = Stop()
-        self._threads: list[threading.Thread] = []
+        self._stopping = Stop()  # the agent's work ends: its loops and a refill in progress
+        self._stopped = False
+        self._loops: list[_AgentLoop] = []
         self._deaths = DeathWatch(self._died)  # watching from start()
         self.events = EventLog(now=self._now)
         self.usage = UsageSampler(
@@ -159,37 +162,42 @@ class Agent:
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> AdoptionReport:
-        """Adopt what the last run left, size the host's shared kernel tables for this
-        agent's sandboxes, then start the refill, reaper and usage loops."""
+        """Adopt what the last run left and size the host's shared kernel tables for this
+        agent's sandboxes; the loops are :meth:`loops`, for the process manager to run."""
         report = self.adopt()
         if self.runtime.isolated:
             charged = self.runtime.limits_mode == "cgroup-v1"
             hostlimits.raise_tables(self.settings.max_sandboxes, hostlimits.tables(charged))
         self._deaths.start()
-        loops: tuple[tuple[str, Callable[[Stop], None]], ...] = (
-            ("warm-pool refill", self.pools.run),
-            ("lease reaper", self._reaper.run),
-            ("usage sampler", self.usage.run),
-        )
-        for name, loop in loops:
-            thread = threading.Thread(
-                target=_guarded(name, loop, self._stopping), name=name, daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
         self.pools.wanted.set()
         return report
 
+    def loops(self) -> tuple[Runnable, ...]:
+        """The refill, reaper and usage loops, as parts for the process manager (after
+        :meth:`start`, in ``Group.OTHERS``): one that fails stops the process with its
+        exit code. A stop of any of them stops the agent's work (a refill ends between
+        two starts); the manager has stopped them all before :meth:`stop` destroys."""
+        loops = (
+            _AgentLoop("warm-pool refill", self.pools.run, self._stopping),
+            _AgentLoop("lease reaper", self._reaper.run, self._stopping),
+            _AgentLoop("usage sampler", self.usage.run, self._stopping),
+        )
+        self._loops.extend(loops)
+        return loops
+
     def stop(self, destroy: bool = False) -> None:
-        """Stop the loops; sandboxes keep running unless ``destroy``. Idempotent."""
-        if self._stopping.is_set():
+        """Stop the agent's work; sandboxes keep running unless ``destroy``, and only once
+        its loops have returned (under a manager they have; a loop that does not return is
+        waited for a bounded time, then logged). Idempotent."""
+        if self._stopped:
             return
+        self._stopped = True
         self._stopping.set()
         self._deaths.stop()
-        self.pools.wanted.set()
-        self.usage.poke()
-        for thread in self._threads:
-            thread.join(timeout=30)
+        deadline = time.monotonic() + LOOP_STOP_TIMEOUT
+        for loop in self._loops:
+            if not loop.idle.wait(max(0.0, deadline - time.monotonic())):
+                log.error("%s did not stop within %ss", loop.name, LOOP_STOP_TIMEOUT)
         try:
             if destroy:
                 with self._lock:
@@ -568,12 +576,21 @@ def _template_build(template: Served) -> TemplateBuild:
     )
 
 
-def _guarded(name: str, loop: Callable[[Stop], None], stopping: Stop) -> Callable[[], None]:
-    def run() -> None:
-        try:
-            loop(stopping)
-        except Exception:
-            log.exception("%s crashed", name)
-            raise
+class _AgentLoop:
+    """One of the agent's loops as a runnable: it runs until the manager's stop or the
+    agent's, and the manager's stop is the agent's too."""
 
-    return run
+    def __init__(self, name: str, loop: Callable[[Stop], None], agent_stopping: Stop) -> None:
+        self.name = name
+        self._loop = loop
+        self._agent_stopping = agent_stopping
+        self.idle = threading.Event()  # not running: never started, or returned
+        self.idle.set()
+
+    def run(self, stop: Stop) -> None:
+        self.idle.clear()
+        try:
+            stop.on_set(self._agent_stopping.set)
+            self._loop(self._agent_stopping)
+        finally:
+            self.idle.set()

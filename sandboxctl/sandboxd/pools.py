@@ -101,8 +101,9 @@ class WarmPools:
         )
 
     def run(self, stopping: Stop) -> None:
-        """The refill loop: refill whenever ``wanted``, until ``stopping`` (the agent
-        sets ``wanted`` when it stops, to end the wait: a refill has no interval)."""
+        """The refill loop: refill whenever ``wanted``, until ``stopping`` (which sets
+        ``wanted``, to end the wait: a refill has no interval)."""
+        stopping.on_set(self.wanted.set)
         while not stopping.is_set():
             self.wanted.wait()
             self.wanted.clear()

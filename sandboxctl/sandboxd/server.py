@@ -24,8 +24,9 @@ def serve(
     bounds: ReadBounds | None = None,
     started: Callable[[], None] = lambda: None,
 ) -> int:
-    """Adopt, call ``started``, serve on the bound ``sock`` within ``bounds``; on a stop
-    signal close the listener and stop the loops. The exit code (the manager's). A signal
+    """Adopt, call ``started``, serve on the bound ``sock`` within ``bounds`` and run the
+    agent's loops; on a stop signal close the listener and stop the loops, then the agent
+    (destroying its sandboxes with ``destroy_on_exit``). The exit code (the manager's). A signal
     before the API listens has its default action (docs/sandboxd.md)."""
     report = agent.start()
     started()  # the start has succeeded: what only a successful start may change
@@ -42,6 +43,8 @@ def serve(
     )
     manager = Manager()
     manager.add(Served([(create_app(agent, root_token), sock)], bounds=bounds), Group.SERVERS)
+    for loop in agent.loops():  # stopped before the agent destroys anything
+        manager.add(loop)
     with manager:
         try:
             return manager.run()

@@ -21,7 +21,8 @@ from typing import IO
 import httpx
 import uvicorn
 
-from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.lifecycle import Background
+from sandboxctl.sandboxd.agent import AdoptionReport, Agent
 from sandboxctl.sandboxd.api import create_app
 
 
@@ -57,6 +58,15 @@ def wait_until(check, timeout: float = 20.0, interval: float = 0.02, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def start_agent(agent: Agent) -> AdoptionReport:
+    """Start ``agent`` and run its loops on threads of their own, as serve-sandboxd runs
+    them under its manager; ``agent.stop()`` ends them before it destroys anything."""
+    report = agent.start()
+    for loop in agent.loops():
+        Background(loop).start()
+    return report
 
 
 @contextmanager

@@ -6,6 +6,7 @@ import os
 import signal
 import sqlite3
 import stat
+import threading
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
+from sandboxctl.lifecycle import EXIT_FAILED, Stop
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import (
     AtCapacity,
@@ -22,6 +24,8 @@ from sandboxctl.sandboxd.errors import (
     StateDirInUse,
     UnknownTemplate,
 )
+from sandboxctl.sandboxd.server import serve
+from sandboxctl.serving import bind
 from tests.sandboxd.conftest import BASE, T0
 from tests.sandboxd.servers import wait_until
 
@@ -333,3 +337,27 @@ def test_the_state_database_is_readable_by_its_owner_only(agent: Agent, state_di
     assert modes == {
         name: 0o600 for name in ("sandboxd.sqlite", "sandboxd.sqlite-shm", "sandboxd.sqlite-wal")
     }
+
+
+def test_a_crashed_loop_of_the_agent_stops_its_process_with_exit_1(
+    make_agent, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    """The agent's loops are parts of serve-sandboxd's process manager: one that raises
+    stops the process with the failure exit code, not just its own thread."""
+    agent: Agent = make_agent(pools={})
+
+    def crash(stopping: Stop) -> None:
+        raise RuntimeError("a reaper bug")
+
+    agent._reaper.run = crash  # type: ignore[method-assign]
+    # Only a safety net for a serve that does not see the crash: it then stops in order
+    # (exit 0) and the assertion says so.
+    watchdog = threading.Timer(30, os.kill, (os.getpid(), signal.SIGTERM))
+    watchdog.start()
+    try:
+        with bind("127.0.0.1", 0) as sock:
+            code = serve(agent, sock, None, destroy_on_exit=True)
+    finally:
+        watchdog.cancel()
+    assert code == EXIT_FAILED
+    assert "lease reaper: RuntimeError('a reaper bug')" in caplog.text

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from sandboxctl.core.model import PoolKey
+from sandboxctl.lifecycle import Stop
 from sandboxctl.sandboxd.errors import BadRequest, UnknownTemplate
 from sandboxctl.sandboxd.pools import WarmPools, check_targets
 from sandboxctl.sandboxd.templates.catalog import Catalog
@@ -61,7 +62,7 @@ def test_a_claim_takes_the_oldest_and_room_is_made_from_the_newest() -> None:
 
 def test_a_failed_refill_is_tried_again_until_the_loop_stops() -> None:
     calls: list[int] = []
-    stopping = threading.Event()
+    stopping = Stop()
 
     def refill_once() -> int:
         calls.append(1)
@@ -79,12 +80,11 @@ def test_a_failed_refill_is_tried_again_until_the_loop_stops() -> None:
 
 
 def test_the_refill_loop_ends_when_stopping_even_while_nothing_is_wanted() -> None:
-    stopping = threading.Event()
+    stopping = Stop()
     pools = _pools()
     loop = threading.Thread(target=pools.run, args=(stopping,), daemon=True)
     loop.start()
-    stopping.set()
-    pools.wanted.set()  # what the agent's stop does, to wake the loop
+    stopping.set()  # wakes the loop itself (a manager's stop knows nothing of wanted)
     loop.join(timeout=10)
     assert not loop.is_alive()
 

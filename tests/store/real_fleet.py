@@ -22,7 +22,7 @@ from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 from tests.apiserver.helpers import serving
-from tests.sandboxd.servers import free_port, wait_until
+from tests.sandboxd.servers import free_port, start_agent, wait_until
 
 
 @dataclass
@@ -88,7 +88,7 @@ def real_fleet(
             sandbox_network = SandboxNetwork(key, "auto", None, state)
         agent = Agent(settings, BubblewrapRuntime(), network=sandbox_network)
         stack.callback(agent.stop, destroy=True)  # after its server stopped
-        agent.start()
+        start_agent(agent)
         stack.enter_context(serving(create_app(agent, token), port))
         agents[node] = agent
         addresses.append(settings.advertise_addr)

@@ -27,7 +27,7 @@ from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl_testing.nethost import NetHost, net_host
 from tests.sandboxd.network.leftovers import count_leftovers
-from tests.sandboxd.servers import wait_until
+from tests.sandboxd.servers import start_agent, wait_until
 
 PORT = 8080
 CONNECT = (
@@ -67,7 +67,7 @@ def test_a_sandbox_with_internet_reaches_a_test_host_through_nat(
     network_agent: Callable[..., Agent], testhost: NetHost
 ) -> None:
     agent = network_agent()
-    agent.start()
+    start_agent(agent)
     online = agent.claim(ClaimRequest("base", net="egress"))
     offline = agent.claim(ClaimRequest("base"))
     target = testhost.addresses[0]
@@ -82,7 +82,7 @@ def test_the_host_loopback_abstract_sockets_and_other_sandboxes_are_out_of_reach
     network_agent: Callable[..., Agent], testhost: NetHost
 ) -> None:
     agent = network_agent()
-    agent.start()
+    start_agent(agent)
     one = agent.claim(ClaimRequest("base", network=policy(True)))
     other = agent.claim(ClaimRequest("base", network=policy(True)))
     with socket.create_server(("0.0.0.0", 0)) as listener, socket.socket(socket.AF_UNIX) as unix:
@@ -112,7 +112,7 @@ def test_the_host_reaches_a_sandbox_server_through_its_veth_and_other_sandboxes_
     answered (the filter lets the answers of such connections in); one without the mark
     (any unprivileged process on the host) is not; another sandbox cannot connect."""
     agent = network_agent()
-    agent.start()
+    start_agent(agent)
     server = agent.claim(ClaimRequest("base"))  # no internet: reaching it needs none
     other = agent.claim(ClaimRequest("base", network=policy(True)))
     inside(agent, server, "sh", "-c", f"python3 -m http.server {PORT} >/dev/null 2>&1 &")
@@ -147,7 +147,7 @@ def test_allow_wins_over_deny_and_rules_change_live(
     network_agent: Callable[..., Agent], testhost: NetHost
 ) -> None:
     agent = network_agent()
-    agent.start()
+    start_agent(agent)
     first, second = testhost.addresses
     record = agent.claim(
         ClaimRequest("base", network=policy(True, deny_out=[f"{testhost.gateway}/29"]))
@@ -174,7 +174,7 @@ def test_dns_is_forwarded_for_sandboxes_with_internet_only(
     resolver = testhost.addresses[1]
     testhost.serve_dns(resolver, "198.51.100.77")
     agent = network_agent(dns=(resolver, 53))
-    agent.start()
+    start_agent(agent)
     online = agent.claim(ClaimRequest("base", network=policy(True)))
     offline = agent.claim(ClaimRequest("base", network=policy(False)))
     lookup = (
@@ -205,7 +205,7 @@ def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_
     network_agent: Callable[..., Agent], testhost: NetHost
 ) -> None:
     agent = network_agent()
-    agent.start()
+    start_agent(agent)
     kept = agent.claim(ClaimRequest("base", network=policy(True)))
     released = agent.claim(ClaimRequest("base", network=policy(True)))
     agent.release(released.id)
@@ -220,7 +220,7 @@ def test_nothing_of_a_gone_sandbox_is_left_after_release_restart_and_destroy_on_
     agent.stop(destroy=False)  # the sandboxes keep running, filtered, while it is down
     assert reach(agent, kept, testhost.addresses[0]).startswith("open")
     again = network_agent()
-    again.start()  # adopts: re-attaches each network, rebuilds the table from them
+    start_agent(again)  # adopts: re-attaches each network, rebuilds the table from them
     kept = again.get(kept.id)
     assert reach(again, kept, testhost.addresses[0]).startswith("open")
     settle(again)
@@ -251,7 +251,7 @@ def test_a_sandbox_has_at_most_its_share_of_the_hosts_connection_tracking(
     opens connections without end is refused past its own count, and the others, and
     the host, still connect."""
     agent = network_agent(connections=8)
-    agent.start()
+    start_agent(agent)
     greedy = agent.claim(ClaimRequest("base", network=policy(True)))
     other = agent.claim(ClaimRequest("base", network=policy(True)))
     target = testhost.addresses[0]
