@@ -12,7 +12,7 @@ from sandboxctl.lifecycle.manager import (
     Group,
     Manager,
 )
-from sandboxctl.lifecycle.runnable import Background, Cache, Runnable
+from sandboxctl.lifecycle.runnable import Background, Runnable
 from sandboxctl.lifecycle.stop import Stop
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "EXIT_STOPPED",
     "STOP_SIGNALS",
     "Background",
-    "Cache",
     "Election",
     "Group",
     "Loop",

@@ -2,15 +2,16 @@
 controller-runtime's Manager.
 
 Parts are :class:`Runnable` s added to a :class:`Group`. :meth:`Manager.run` starts the
-groups in order, each part on a thread of its own: the servers, then the caches (the
-rest starts only once every cache has synced), then the other parts, then the election
-when there is one; the leader-elected parts start each time this process wins the Lease
-and stop when it loses it (the process goes on and campaigns again; a part that does not
-stop within the grace period then fails the process, and is never started again while its
-first run is alive). It returns when a
-stop is asked (:meth:`Manager.stop`, SIGINT or SIGTERM) or a part fails (raises, or
-returns before the stop), after stopping the groups in reverse order within one grace
-period; its result is the exit code.
+groups in order, each part on a thread of its own: the servers, then the other parts,
+then the election when there is one; the leader-elected parts start each time this
+process wins the Lease and stop when it loses it (the process goes on and campaigns
+again; a part that does not stop within the grace period then fails the process, and is
+never started again while its first run is alive). A source that must have synced before
+anything serves (the kube inventory) is started, and waited for, before the manager
+runs: its failure is a start-up error (one line, exit 2). It returns when a stop is
+asked (:meth:`Manager.stop`, SIGINT or SIGTERM) or a part fails (raises, or returns
+before the stop), after stopping the groups in reverse order within one grace period;
+its result is the exit code.
 
 Entered as a context manager it takes SIGINT and SIGTERM on the main thread until it is
 left: the first asks the orderly stop; another one, once the stop has begun (the caller's
@@ -33,14 +34,13 @@ from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Self
 
-from sandboxctl.lifecycle.runnable import Cache, Runnable
+from sandboxctl.lifecycle.runnable import Runnable
 from sandboxctl.lifecycle.stop import Stop
 
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE = timedelta(seconds=30)
-CACHE_SYNC_TIMEOUT = timedelta(minutes=2)
 EXIT_STOPPED = 0
 EXIT_FAILED = 1
 
@@ -53,9 +53,8 @@ class Group(enum.IntEnum):
     """Start order; stopped in reverse."""
 
     SERVERS = 0
-    CACHES = 1
-    OTHERS = 2
-    LEADER_ELECTED = 3
+    OTHERS = 1
+    LEADER_ELECTED = 2
 
 
 @dataclass
@@ -71,14 +70,12 @@ class Manager:
         self,
         *,
         grace: timedelta = GRACE,
-        cache_sync_timeout: timedelta = CACHE_SYNC_TIMEOUT,
         election: Election | None = None,
         signals: tuple[signal.Signals, ...] = STOP_SIGNALS,
     ) -> None:
         """``signals``: what asks the orderly stop once the manager is entered."""
         self._signals = signals
         self._grace = grace.total_seconds()
-        self._sync_timeout = cache_sync_timeout.total_seconds()
         self._election = election
         self._parts: dict[Group, list[Runnable]] = {group: [] for group in Group}
         self._running: dict[Group, _Running] = {}
@@ -91,8 +88,6 @@ class Manager:
     def add(self, runnable: Runnable, group: Group = Group.OTHERS) -> None:
         if group is Group.LEADER_ELECTED and self._election is None:
             raise ValueError(f"{runnable.name} needs leader election, and there is none")
-        if group is Group.CACHES and not isinstance(runnable, Cache):
-            raise TypeError(f"{runnable.name} is not a cache (it has no wait_synced)")
         self._parts[group].append(runnable)
 
     def stop(self) -> None:
@@ -141,10 +136,8 @@ class Manager:
         return EXIT_STOPPED if in_time else EXIT_FAILED
 
     def _start_all(self) -> None:
-        for group in (Group.SERVERS, Group.CACHES, Group.OTHERS):
+        for group in (Group.SERVERS, Group.OTHERS):
             self._start(group)
-            if group is Group.CACHES and not self._synced():
-                return
         if self._election is not None:
             elector = self._election(self._lead, self._follow)
             self._running[Group.LEADER_ELECTED] = _Running()  # empty until this leads
@@ -179,18 +172,6 @@ class Manager:
     def _fail(self, why: str) -> None:
         self._failures.append(why)
         self.stopping.set()
-
-    def _synced(self) -> bool:
-        deadline = time.monotonic() + self._sync_timeout
-        for cache in self._parts[Group.CACHES]:
-            assert isinstance(cache, Cache)  # add() checked it
-            while not cache.wait_synced(min(0.1, max(0.0, deadline - time.monotonic()))):
-                if self.stopping.is_set():
-                    return False
-                if time.monotonic() >= deadline:
-                    self._fail(f"{cache.name} did not sync within {self._sync_timeout:g}s")
-                    return False
-        return True
 
     # --- leader election ----------------------------------------------------------------
 

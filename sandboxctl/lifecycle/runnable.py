@@ -5,7 +5,7 @@ outside a manager (a test, a verb that reads a cache once)."""
 from __future__ import annotations
 
 import threading
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from sandboxctl.lifecycle.stop import Stop
 
@@ -21,14 +21,6 @@ class Runnable(Protocol):
     def name(self) -> str: ...
 
     def run(self, stop: Stop) -> None: ...
-
-
-@runtime_checkable
-class Cache(Runnable, Protocol):
-    """A runnable that fills a cache: the manager starts what comes after it only once
-    it has synced."""
-
-    def wait_synced(self, timeout: float) -> bool: ...
 
 
 class Background:

@@ -1,7 +1,7 @@
-"""The process manager: groups start in order (servers, synced caches, others) and stop
-in reverse; a signal is an orderly stop with exit 0; a failing part stops the rest with
-exit 1; a part that outlives the grace is an error; the leader-elected group starts only
-once this process holds the Lease (against the Kubernetes API double)."""
+"""The process manager: groups start in order (servers, others) and stop in reverse; a
+signal is an orderly stop with exit 0; a failing part stops the rest with exit 1; a part
+that outlives the grace is an error; the leader-elected group starts only once this
+process holds the Lease (against the Kubernetes API double)."""
 
 from __future__ import annotations
 
@@ -53,17 +53,6 @@ class Part:
         self._journal.add(f"stop {self.name}")
 
 
-class SlowCache(Part):
-    """A cache that syncs only when the test says so."""
-
-    def __init__(self, name: str, journal: Journal) -> None:
-        super().__init__(name, journal)
-        self.synced = threading.Event()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self.synced.wait(timeout)
-
-
 class Stubborn(Part):
     """Ignores its stop until released."""
 
@@ -82,22 +71,18 @@ def run_in_background(manager: Manager) -> tuple[threading.Thread, list[int]]:
     return thread, codes
 
 
-def test_groups_start_in_order_the_rest_after_the_caches_sync_and_stop_in_reverse() -> None:
+def test_groups_start_in_order_and_stop_in_reverse() -> None:
     journal = Journal()
-    cache = SlowCache("cache", journal)
     manager = Manager()
-    manager.add(Part("other", journal))  # added first, started after the cache syncs
-    manager.add(cache, Group.CACHES)
+    manager.add(Part("other", journal))  # added first, started after the servers
     manager.add(Part("server", journal), Group.SERVERS)
     thread, codes = run_in_background(manager)
-    wait_until(lambda: journal.has("start cache"), timeout=5, what="the cache's start")
-    assert journal.entries == ["start server", "start cache"]  # others wait for the sync
-    cache.synced.set()
     wait_until(lambda: journal.has("start other"), timeout=5, what="the others' start")
+    assert journal.entries == ["start server", "start other"]
     manager.stop()
     thread.join(timeout=10)
     assert codes == [EXIT_STOPPED]
-    assert journal.entries[3:] == ["stop other", "stop cache", "stop server"]
+    assert journal.entries[2:] == ["stop other", "stop server"]
 
 
 def test_a_stop_signal_is_an_orderly_stop_with_exit_0() -> None:
@@ -140,15 +125,6 @@ class Returns:
 
     def run(self, stop: Stop) -> None:
         return
-
-
-def test_a_cache_that_never_syncs_fails_the_start_and_nothing_after_it_starts() -> None:
-    journal = Journal()
-    manager = Manager(cache_sync_timeout=timedelta(milliseconds=200))
-    manager.add(SlowCache("cache", journal), Group.CACHES)
-    manager.add(Part("other", journal))
-    assert manager.run() == EXIT_FAILED
-    assert journal.entries == ["start cache", "stop cache"]
 
 
 def test_a_part_that_outlives_the_grace_is_an_error_exit() -> None:
