@@ -124,7 +124,7 @@ class ClaimRouter:
             inventories = ((node, record.inventory) for node, record in read.records)
             chosen, granted = place_cold(key.template, cold_candidates(inventories, key), attempt)
         entry = self._granted_entry(granted, namespace, name, key, metadata)
-        owner = Owner(chosen.node, chosen.address, granted.id, listed=True)
+        owner = Owner(chosen.node, chosen.address, granted.id)  # no inventory lists it yet
         self._resolver.owners.remember(owner, (namespace, name), SandboxId.of_claim(granted.id))
         self._reads.wrote(chosen.node, entry.id, entry)
         return Assignment(

@@ -9,18 +9,26 @@ and, for the Sandbox API, under its (namespace, name). One policy for every entr
 * forgotten when this server releases the sandbox, or its node says it is gone (a kill,
   a refused claim token);
 * forgotten when an inventory change drops it: its node goes stale or leaves, or its
-  node's inventory, which listed it, no longer does. A remembered owner no inventory
-  listed yet (a claim made since the last publish) stays until its node lists it or one
-  of the above. A sandbox that moved is found where the inventories put it, since they
-  are read first and a remembered owner is served only while no other node lists it.
+  node's inventory, which listed it, no longer does;
+* an owner no inventory has listed yet (a claim made since the last publish, by this
+  server or another replica) is forgotten ``unlisted_for`` seconds after it was
+  remembered unless its node's inventory lists it by then: a node publishes well within
+  that (the store passes its write bound, the freshness rule's stale-after), so a claim
+  still unlisted is one its node no longer holds (released through another replica
+  before a publish), and nothing else would ever drop it.
+
+"Listed" is the node's own inventory record, never this server's pending writes laid
+over it. A sandbox that moved is found where the inventories put it, since they are read
+first and a remembered owner is served only while no other node lists it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sandboxctl.agentapi import SandboxRow
@@ -44,7 +52,9 @@ class Owner:
     token: str = ""
     public_traffic: bool = True
     sandbox_address: str = ""
-    listed: bool = False  # whether the node's inventory listed it when remembered
+    # Whether its node's own inventory (not a pending write of this server) has listed
+    # it: when remembered, or at an inventory change since.
+    listed: bool = False
 
     def with_row(self, row: SandboxRow) -> Owner:
         public = not row.network or row.network.public_traffic
@@ -57,9 +67,18 @@ class Owner:
 class Owners:
     """Thread-safe."""
 
-    def __init__(self, capacity: int = CAPACITY) -> None:
+    def __init__(
+        self,
+        capacity: int = CAPACITY,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        unlisted_for: float | None = None,
+    ) -> None:
         self._capacity = capacity
+        self._clock = clock
+        self._unlisted_for = unlisted_for  # None: an unlisted owner never expires
         self._entries: OrderedDict[Key, Owner] = OrderedDict()
+        self._unlisted_until: dict[Key, float] = {}
         self._by_node: dict[str, set[Key]] = {}
         self._lock = threading.Lock()
 
@@ -69,16 +88,26 @@ class Owners:
     def get(self, key: Key) -> Owner | None:
         with self._lock:
             owner = self._entries.get(key)
-            if owner is not None:
-                self._entries.move_to_end(key)
+            if owner is None:
+                return None
+            until = self._unlisted_until.get(key)
+            if until is not None and self._clock() >= until:
+                self._drop(key)
+                return None
+            self._entries.move_to_end(key)
             return owner
 
     def remember(self, owner: Owner, *keys: Key) -> None:
         with self._lock:
+            until = None
+            if not owner.listed and self._unlisted_for is not None:
+                until = self._clock() + self._unlisted_for
             for key in keys:
                 self._drop(key)
                 self._entries[key] = owner
                 self._by_node.setdefault(owner.node, set()).add(key)
+                if until is not None:
+                    self._unlisted_until[key] = until
             while len(self._entries) > self._capacity:
                 self._drop(next(iter(self._entries)))
 
@@ -99,11 +128,13 @@ class Owners:
                     elif owner.claim_id in record.by_id:
                         if not owner.listed:
                             self._entries[key] = dataclasses.replace(owner, listed=True)
+                            self._unlisted_until.pop(key, None)
                     elif owner.listed:
                         self._drop(key)
 
     def _drop(self, key: Key) -> None:
         owner = self._entries.pop(key, None)
+        self._unlisted_until.pop(key, None)
         if owner is None:
             return
         keys = self._by_node.get(owner.node)

@@ -66,11 +66,13 @@ class ReadStats:
 @dataclass(frozen=True, slots=True)
 class Read:
     """What this server reads at one sync: the view, and each fresh node's record with
-    its pending writes applied, in node-name order."""
+    its pending writes applied, in node-name order; ``inventories``: each fresh node's
+    record as its inventory publishes it (no pending write applied)."""
 
     view: FleetView
     records: tuple[tuple[str, NodeRecord], ...]
     by_node: Mapping[str, NodeRecord]
+    inventories: Mapping[str, NodeRecord]
 
 
 class FleetReads:
@@ -89,10 +91,12 @@ class FleetReads:
         self._source = source
         self._rule = rule
         self._clock = clock or SystemClock()
-        self.owners = Owners()
+        bound = write_bound or rule.stale_after
+        # A claim no inventory lists within the write bound is one its node no longer holds.
+        self.owners = Owners(clock=self._clock.monotonic, unlisted_for=bound.total_seconds())
         self._stats = ReadStats()
         self._ledger = Ledger(retain, first_version)
-        self._writes = PendingWrites(write_bound or rule.stale_after)
+        self._writes = PendingWrites(bound)
         self._lists = ListStates(self._clock.monotonic)
         self._pages: dict[KeyOf, SortedIndex] = {}
         self._sync_lock = threading.Lock()
@@ -140,14 +144,17 @@ class FleetReads:
             if last is not None and _same(last[0], inputs):
                 read = dataclasses.replace(last[1], view=view)
             else:
-                records = tuple(
-                    (node, self._writes.apply(node, record))
+                inventories = {
+                    node: record
                     for node in view.fresh_nodes()
                     if (record := snapshot.record(node)) is not None
+                }
+                records = tuple(
+                    (node, self._writes.apply(node, record)) for node, record in inventories.items()
                 )
-                read = Read(view, records, dict(records))
+                read = Read(view, records, dict(records), inventories)
                 if last is not None and len(self.owners):
-                    self.owners.nodes_changed(_changed(last[1].by_node, read.by_node))
+                    self.owners.nodes_changed(_changed(last[1].inventories, inventories))
                 self._read = (inputs, read)
             if ledger:
                 self._ledger.sync(inputs, lambda: read.records)

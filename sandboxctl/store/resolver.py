@@ -243,8 +243,9 @@ class OwnerResolver:
     def _remember(
         self, read: Read, key: Key, located: Located, owner: Owner | None = None
     ) -> Owner:
-        """Remember the owner of a sandbox found by ``key`` (its node's, when not given)."""
-        record = read.by_node.get(located.node)
+        """Remember the owner of a sandbox found by ``key`` (its node's, when not given);
+        listed when the node's own inventory lists it (not merely a pending write)."""
+        record = read.inventories.get(located.node)
         listed = record is not None and located.entry.id in record.by_id
         if owner is None:
             address = self._reads.address(located.node) or ""

@@ -6,7 +6,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -133,6 +133,29 @@ def test_a_read_by_id_right_after_create_asks_only_the_owning_node(
     assert located.entry.name == "default/x"
     assert other.requests(BY_ID) == before == 0
     assert store.get("default", "x")["status"]["nodeName"] == assignment.node
+
+
+def test_a_claims_owner_is_unlisted_until_its_nodes_inventory_lists_it(
+    nodes: dict[str, Node], make_store: MakeStore
+) -> None:
+    store, source = make_store()
+    assignment = store.claim("default", "x", PoolKey("base"))
+    sandbox_id = SandboxId.of_claim(assignment.claim_id)
+    # This server's pending write shows it, but no inventory lists it yet.
+    remembered = store.resolver.owners.get(sandbox_id)
+    assert remembered is not None
+    assert not remembered.listed
+    owner = store.owner(sandbox_id)  # asks the node for its row (the token)
+    assert owner is not None
+    assert owner.token
+    assert not owner.listed
+
+    published = _inventory(nodes[assignment.node])
+    source.apply(replace(published, entries=(assignment.located.entry,)))
+    store.sync()
+    remembered = store.resolver.owners.get(sandbox_id)
+    assert remembered is not None
+    assert remembered.listed
 
 
 def test_claims_never_sample_a_node_without_warm_capacity(

@@ -52,6 +52,24 @@ def test_an_owner_not_listed_yet_stays_until_its_node_lists_it_then_drops_it() -
     assert owners.get(ID) is None
 
 
+def test_an_owner_no_inventory_listed_expires_and_a_listed_one_does_not() -> None:
+    now = [0.0]
+    owners = Owners(clock=lambda: now[0], unlisted_for=90.0)
+    owners.remember(Owner("a", "a:1", "sb_x"), ID)  # unlisted: released before a publish?
+    owners.remember(Owner("a", "a:1", "sb_y"), SandboxId.of_claim("sb_y"))
+    owners.remember(Owner("a", "a:1", "sb_z", listed=True), SandboxId.of_claim("sb_z"))
+    now[0] = 60.0
+    owners.nodes_changed([("a", _record("sb_y", "sb_z"))])  # its node lists sb_y now
+    assert owners.get(ID) is not None
+    now[0] = 90.0
+    assert owners.get(ID) is None
+    listed_since = owners.get(SandboxId.of_claim("sb_y"))
+    assert listed_since is not None
+    assert listed_since.listed
+    assert owners.get(SandboxId.of_claim("sb_z")) is not None
+    assert len(owners) == 2
+
+
 def test_a_node_gone_stale_or_left_drops_its_owners() -> None:
     owners = Owners()
     owners.remember(Owner("a", "a:1", "sb_x"), ID)
