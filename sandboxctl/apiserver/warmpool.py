@@ -59,7 +59,7 @@ from sandboxctl.kube import (
     KubeError,
     LeaderElector,
 )
-from sandboxctl.lifecycle import Background, Loop, Stop
+from sandboxctl.lifecycle import Loop, Stop
 from sandboxctl.store import SandboxStore
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,6 @@ class WarmPoolDriver:
         self._loop = Loop(
             "warm-pool driver tick", self._tick_when_synced, settings.interval, logger=log
         )
-        self._background = Background(self, join_timeout=PUT_TIMEOUT + 5)
         self._running = threading.Event()
         self._pools: Informer | None = None
         self._templates: Informer | None = None
@@ -136,16 +135,9 @@ class WarmPoolDriver:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Run on a thread of its own until :meth:`stop` (outside a manager)."""
-        self._background.start()
-
-    def stop(self) -> None:
-        self._background.stop()
-
     @property
     def running(self) -> bool:
-        """True from the start of a run to its end, however it was started."""
+        """True from the start of a run to its end."""
         return self._running.is_set()
 
     def run(self, stop: Stop) -> None:

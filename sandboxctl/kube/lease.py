@@ -7,10 +7,9 @@ record last changed, so clocks that disagree do not matter), and renews it every
 candidates that try at once, one gets 409 and stays a follower. A leader that has not
 renewed for ``renew_deadline`` (a control-plane outage, or a renewal that raised anything
 else) stops leading: ``on_stopped`` runs, and after ``rejoin_after`` it is a candidate
-again. The process goes on either way.
-A stop hands the lease back, so a successor need not wait out the duration. The elector
-is a runnable (``lifecycle``): a process manager runs it to start and stop its
-leader-elected group; ``start()``/``stop()`` run it on its own.
+again. The process goes on either way. A stop hands the lease back, so a successor need
+not wait out the duration. The elector is a runnable (``lifecycle``): a process manager
+runs it to start and stop its leader-elected group.
 
 (``kubernetes.leaderelection`` in client v37 cannot be stopped, calls ``sys.exit`` on bad
 durations and reads the global client configuration, so it is not used.)
@@ -30,7 +29,7 @@ from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.leases import LEASE_DURATION, REJOIN_AFTER, RENEW_DEADLINE, RETRY_PERIOD
 from sandboxctl.kube.errors import KubeConflict, KubeError, KubeNotFound, call
-from sandboxctl.lifecycle import Background, Loop, Stop
+from sandboxctl.lifecycle import Loop, Stop
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +77,6 @@ class LeaderElector:
         self._clock = clock or SystemClock()
         self._leading = threading.Event()
         self._renewed = 0.0  # when this leader last renewed, on its monotonic clock
-        self._background = Background(
-            self, join_timeout=self._retry.total_seconds() + REQUEST_TIMEOUT + 5
-        )
         self._observed: tuple[str, str, int] | None = None  # (holder, renewTime, transitions)
         self._observed_at = 0.0
         self.stats = ElectionStats()
@@ -88,14 +84,6 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self._leading.is_set()
-
-    def start(self) -> None:
-        """Campaign on a thread of its own until :meth:`stop` (outside a manager)."""
-        self._background.start()
-
-    def stop(self) -> None:
-        """Stop campaigning; a leader stops leading and hands the lease back."""
-        self._background.stop()
 
     # --- the loop -------------------------------------------------------------------------
 

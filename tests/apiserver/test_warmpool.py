@@ -20,6 +20,7 @@ from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.lifecycle import EXIT_STOPPED, Group, Manager
 from sandboxctl.store import SandboxStore
+from tests.lifecycle.managed import Managed
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import (
     Kube,
@@ -136,23 +137,24 @@ def fleet() -> tuple[SandboxStore, MemoryInventorySource, ManualClock]:
 @pytest.fixture
 def driver(
     kube: Kube, fleet: tuple[SandboxStore, MemoryInventorySource, ManualClock]
-) -> Iterator[tuple[WarmPoolDriver, StandIns]]:
+) -> Iterator[tuple[WarmPoolDriver, StandIns, Managed]]:
     agents = StandIns()
     one = WarmPoolDriver(kube.api, fleet[0], "root-token", FAST, agent_factory=agents)
-    yield one, agents
-    one.stop()
+    managed = Managed(one)
+    yield one, agents, managed
+    managed.stop()
 
 
 def test_a_tick_spreads_pools_and_writes_status(
-    kube: Kube, driver: tuple[WarmPoolDriver, StandIns]
+    kube: Kube, driver: tuple[WarmPoolDriver, StandIns, Managed]
 ) -> None:
-    one, agents = driver
+    one, agents, managed = driver
     add_template(kube, "base", "base")
     add_template(kube, "py", "python", net="egress", cpu="2")
     add_pool(kube, "small", "base", 4)
     add_pool(kube, "py", "py", None)  # replicas defaults to 1
     add_pool(kube, "broken", "missing", 3)
-    one.start()
+    managed.start()
     wait_until(lambda: one.ticks >= 1 and pool_status(kube, "broken"), what="a tick with statuses")
     last = {address: puts[-1] for address, puts in agents.puts.items()}
     assert last == {
@@ -170,13 +172,13 @@ def test_a_tick_spreads_pools_and_writes_status(
 
 
 def test_a_failing_node_keeps_its_inventory_count_and_the_rest_go_on(
-    kube: Kube, driver: tuple[WarmPoolDriver, StandIns]
+    kube: Kube, driver: tuple[WarmPoolDriver, StandIns, Managed]
 ) -> None:
-    one, agents = driver
+    one, agents, managed = driver
     add_template(kube, "base", "base")
     add_pool(kube, "small", "base", 3)
     agents.down.add("n-b:7777")
-    one.start()
+    managed.start()
     wait_until(lambda: one.last is not None, what="a tick")
     assert one.last is not None
     assert one.last.put_failures == 1
@@ -191,11 +193,12 @@ def test_without_a_token_no_pools_are_set(
     add_template(kube, "base", "base")
     add_pool(kube, "small", "base", 3)
     one = WarmPoolDriver(kube.api, fleet[0], None, FAST, agent_factory=agents)
-    one.start()
+    managed = Managed(one)
+    managed.start()
     try:
         wait_until(lambda: one.ticks >= 2, what="two ticks")
     finally:
-        one.stop()
+        managed.stop()
     assert agents.puts == {}
 
 

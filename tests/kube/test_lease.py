@@ -14,6 +14,7 @@ from kubernetes import client
 
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.kube import LeaderElector
+from tests.lifecycle.managed import Managed
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
 
@@ -38,6 +39,7 @@ class Candidate:
             self._stopped,
             **FAST,
         )
+        self.managed = Managed(self.elector)  # a process that campaigns and does nothing else
 
     def _started(self) -> None:
         with self._lock:
@@ -52,8 +54,8 @@ class Candidate:
 def pair(kube: Kube) -> Iterator[tuple[Candidate, Candidate]]:
     a, b = Candidate(kube.api, "a"), Candidate(kube.api, "b")
     yield a, b
-    a.elector.stop()
-    b.elector.stop()
+    a.managed.stop()
+    b.managed.stop()
 
 
 def holder(api: client.ApiClient) -> str | None:
@@ -67,14 +69,14 @@ def test_one_leader_of_two_and_a_handover_on_stop(
     pair: tuple[Candidate, Candidate], kube: Kube
 ) -> None:
     a, b = pair
-    a.elector.start()
-    b.elector.start()
+    a.managed.start()
+    b.managed.start()
     wait_until(lambda: a.elector.is_leader or b.elector.is_leader, what="a leader")
     leader, follower = (a, b) if a.elector.is_leader else (b, a)
     wait_until(lambda: leader.elector.stats.renewals >= 3, what="three renewals")
     assert not follower.elector.is_leader
     assert holder(kube.api) == leader.elector.identity
-    leader.elector.stop()  # hands the lease back
+    leader.managed.stop()  # hands the lease back
     assert leader.log == ["started", "stopped"]
     wait_until(lambda: follower.elector.is_leader, timeout=5, what="the follower to take over")
     assert holder(kube.api) == follower.elector.identity
@@ -84,11 +86,11 @@ def test_a_dead_leader_is_replaced_after_the_lease_duration(
     pair: tuple[Candidate, Candidate],
 ) -> None:
     a, b = pair
-    a.elector.start()
+    a.managed.start()
     wait_until(lambda: a.elector.is_leader, what="a to lead")
     a.elector._release = lambda: None  # type: ignore[method-assign]  # dies holding it
-    a.elector.stop()
-    b.elector.start()
+    a.managed.stop()
+    b.managed.start()
     wait_until(lambda: b.elector.stats.conflicts or not b.elector.is_leader, what="b to campaign")
     assert not b.elector.is_leader  # a's lease has not run out yet, as b sees it
     wait_until(lambda: b.elector.is_leader, timeout=10, what="b to take over")
@@ -97,7 +99,7 @@ def test_a_dead_leader_is_replaced_after_the_lease_duration(
 def test_an_outage_stops_leading_but_not_the_process(state_dir: Path) -> None:
     with DoubleProcess(state_dir) as double:
         candidate = Candidate(api_for(double.url), "solo")
-        candidate.elector.start()
+        candidate.managed.start()
         try:
             wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
             double.stop()
@@ -111,7 +113,7 @@ def test_an_outage_stops_leading_but_not_the_process(state_dir: Path) -> None:
             wait_until(lambda: candidate.elector.is_leader, timeout=10, what="solo to lead again")
             assert candidate.log == ["started", "stopped", "started"]
         finally:
-            candidate.elector.stop()
+            candidate.managed.stop()
 
 
 def test_durations_must_nest(kube: Kube) -> None:
@@ -132,7 +134,7 @@ def test_a_leader_whose_renewals_raise_stops_leading(kube: Kube) -> None:
     """Any failure to renew counts, not only a KubeError: past the renew deadline the
     leader stops leading (no split brain with a successor)."""
     candidate = Candidate(kube.api, "solo")
-    candidate.elector.start()
+    candidate.managed.start()
     try:
         wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
 
@@ -146,4 +148,4 @@ def test_a_leader_whose_renewals_raise_stops_leading(kube: Kube) -> None:
         assert not candidate.elector.is_leader
         assert candidate.elector.stats.lost == 1
     finally:
-        candidate.elector.stop()
+        candidate.managed.stop()

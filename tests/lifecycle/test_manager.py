@@ -19,6 +19,7 @@ import pytest
 
 from sandboxctl.kube import LeaderElector
 from sandboxctl.lifecycle import EXIT_FAILED, EXIT_STOPPED, Group, Manager, Stop
+from tests.lifecycle.managed import Managed
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import Kube
 
@@ -160,7 +161,8 @@ def test_the_leader_elected_group_starts_only_once_this_process_leads(kube: Kube
     held = LeaderElector(
         kube.api, "sandbox-system", "lifecycle-test", "other", lambda: None, lambda: None, **FAST
     )
-    held.start()
+    other = Managed(held)  # the other replica's process
+    other.start()
     wait_until(lambda: held.is_leader, timeout=10, what="the other replica's lead")
     journal = Journal()
     manager = Manager(election=election(kube, "this"))
@@ -172,9 +174,10 @@ def test_the_leader_elected_group_starts_only_once_this_process_leads(kube: Kube
         stop_waiting = Stop()
         stop_waiting.wait(1.0)  # five retry periods while the other replica leads
         assert not journal.has("start driver")
-        held.stop()  # hands the lease back
+        other.stop()  # hands the lease back
         wait_until(lambda: journal.has("start driver"), timeout=10, what="the driver's start")
     finally:
+        other.stop()
         manager.stop()
         thread.join(timeout=15)
     assert codes == [EXIT_STOPPED]
