@@ -97,7 +97,13 @@ class ProbeSource:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._background = Background(
-            Loop("guard-probe", self._round, timedelta(seconds=interval), logger=log)
+            Loop(
+                "guard-probe",
+                self._round,
+                timedelta(seconds=interval),
+                from_end=True,  # a full interval after each round, however long it took
+                logger=log,
+            )
         )
         self._changed: Changed = ignore_change
         self.rounds = 0

@@ -59,7 +59,13 @@ class SessionsSource:
         self._ok = False
         self._synced = threading.Event()
         self._background = Background(
-            Loop("guard-sessions", self._round, timedelta(seconds=interval), logger=log)
+            Loop(
+                "guard-sessions",
+                self._round,
+                timedelta(seconds=interval),
+                from_end=True,  # a full interval after each poll, however long it took
+                logger=log,
+            )
         )
         self._changed: Changed = ignore_change
         self.polls = 0

@@ -1,9 +1,11 @@
 """The one periodic loop: a step run every interval until a stop.
 
 The interval counts from the start of one run to the start of the next, so a slow step
-does not drift the cadence (a step longer than the interval is followed at once). The
-first run is at once or after one interval. :meth:`Loop.wake` runs the step now (an
-event arrived); a stop ends any wait at once, never a sleep that ignores it. A step that
+does not drift the cadence (a step longer than the interval is followed at once); with
+``from_end`` it counts from the end of a run instead, so every run is followed by a full
+interval (a poll that must not go back to back when its rounds are slow). The first run
+is at once or after one interval. :meth:`Loop.wake` runs the step now (an event
+arrived); a stop ends any wait at once, never a sleep that ignores it. A step that
 raises is logged and the loop goes on: one bad round must not end a service.
 """
 
@@ -29,18 +31,21 @@ class Loop:
         *,
         immediately: bool = True,
         spacing: timedelta = timedelta(0),
+        from_end: bool = False,
         logger: logging.Logger = log,
         failed: str = "",
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``spacing``: the least time between two runs, woken or not (a burst of events
-        is one run). ``failed``: the line logged with the traceback of a failed step
+        is one run). ``from_end``: count the interval from the end of a run, not its
+        start. ``failed``: the line logged with the traceback of a failed step
         (default ``"<name> failed"``)."""
         self.name = name
         self._step = step
         self._interval = interval.total_seconds()
         self._immediately = immediately
         self._spacing = spacing.total_seconds()
+        self._from_end = from_end
         self._log = logger
         self._failed = failed or f"{name} failed"
         self._monotonic = monotonic
@@ -63,6 +68,6 @@ class Loop:
                 self._step()
             except Exception:
                 self._log.exception(self._failed)
-            due = started + self._interval
+            due = (self._monotonic() if self._from_end else started) + self._interval
             if self._spacing:
                 stop.wait(self._spacing)

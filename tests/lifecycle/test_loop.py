@@ -84,3 +84,35 @@ def test_a_stop_set_before_the_run_returns_at_once_without_a_step() -> None:
     stop.set()
     Loop("never", steps, LONG).run(stop)
     assert steps.count == 0
+
+
+def test_from_end_a_step_longer_than_the_interval_is_followed_by_a_full_interval() -> None:
+    """The first step takes an hour by the loop's clock (injected): counted from its end,
+    the next one still waits the interval (counted from its start it would run at once)."""
+    interval = 0.3
+    offset = [0.0]
+    entries: list[float] = []
+    exits: list[float] = []
+
+    def step() -> None:
+        entries.append(time.monotonic())
+        if len(entries) == 1:
+            offset[0] += 3600.0  # a round far longer than the interval
+        exits.append(time.monotonic())
+
+    stop = Stop()
+    loop = Loop(
+        "polls",
+        step,
+        timedelta(seconds=interval),
+        from_end=True,
+        monotonic=lambda: time.monotonic() + offset[0],
+    )
+    thread = threading.Thread(target=loop.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: len(entries) >= 2, timeout=5, what="the second run")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert entries[1] - exits[0] >= interval
