@@ -35,25 +35,28 @@ class InventorySource(Protocol):
 
 class Subscribers:
     """The listeners of one source; thread-safe. A listener that raises is logged and the
-    others still run: a reader's bug must not stop the source's refresh."""
+    others still run: a reader's bug must not stop the source's refresh. Each subscription
+    is its own (a token): the same callable subscribed twice is called twice, and each
+    unsubscribe ends only its own subscription."""
 
     def __init__(self) -> None:
-        self._listeners: set[Listener] = set()
+        self._listeners: dict[object, Listener] = {}
         self._lock = threading.Lock()
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
+        token = object()
         with self._lock:
-            self._listeners.add(listener)
+            self._listeners[token] = listener
 
         def unsubscribe() -> None:
             with self._lock:
-                self._listeners.discard(listener)
+                self._listeners.pop(token, None)
 
         return unsubscribe
 
     def notify(self) -> None:
         with self._lock:
-            listeners = list(self._listeners)
+            listeners = list(self._listeners.values())
         for listener in listeners:
             try:
                 listener()

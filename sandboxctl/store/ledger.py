@@ -150,7 +150,7 @@ class Ledger:
         self._state = State(version, immutables.Map())
         self._log: list[Change] = []
         self._compacted = version  # every change after this version is in the log
-        self._listeners: set[Callable[[], None]] = set()
+        self._listeners: dict[object, Callable[[], None]] = {}  # by subscription
         self._synced = False
         self.rescans = 0  # node records read by syncs, for tests and benchmarks
 
@@ -192,12 +192,13 @@ class Ledger:
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener`` (from the syncing thread) after each sync that logged a
         change; returns the function that unsubscribes it."""
+        token = object()
         with self._lock:
-            self._listeners.add(listener)
+            self._listeners[token] = listener
 
         def unsubscribe() -> None:
             with self._lock:
-                self._listeners.discard(listener)
+                self._listeners.pop(token, None)
 
         return unsubscribe
 
@@ -223,7 +224,7 @@ class Ledger:
             else:
                 changes = self._sync(records)
             self._inputs = inputs
-            listeners = list(self._listeners) if changes else []
+            listeners = list(self._listeners.values()) if changes else []
         for listener in listeners:
             listener()
         return bool(changes)
