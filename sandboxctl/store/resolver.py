@@ -224,12 +224,18 @@ class OwnerResolver:
     def _live_row(
         self, sandbox_id: SandboxId, may_probe: Callable[[], bool]
     ) -> tuple[str, SandboxRow] | None:
-        """The owning node and its live row of a sandbox, for ``owner``."""
+        """The owning node and its live row of a sandbox, for ``owner``. When the node the
+        reads name fails or no longer has it (it moved; its publish lags), the next steps
+        still run, as the proxy always did: the remembered node, then the probe."""
         located = self.locate_claim(sandbox_id, ask_nodes=False)
+        failed = None
         if located is not None:
-            return located.node, self.row_of(located)
+            try:
+                return located.node, self.row_of(located)
+            except SandboxctlError:  # a 404 also forgot the remembered owner
+                failed = located.node
         remembered = self.owners.get(sandbox_id)
-        if remembered is not None:
+        if remembered is not None and remembered.node != failed:
             node, claim_id = remembered.node, remembered.claim_id
             row = self._live_on(
                 self._reads.current(), node, lambda c: _first_row(c.get, (claim_id,))

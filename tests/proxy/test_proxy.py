@@ -411,3 +411,34 @@ def test_requests_to_one_agent_share_a_kept_alive_connection(
         assert client.post("/echo", headers=sdk_headers(), content=b"x").status_code == 200
     metrics = client.get("/metrics").text
     assert "sandboxctl_envd_proxy_agent_connections_total 1.0" in metrics
+
+
+def test_a_sandbox_its_listed_node_no_longer_has_is_found_by_a_probe(
+    sdk_headers: Headers,
+) -> None:
+    # The inventory still names node-a (it moved, or node-a's publish lags): node-a says
+    # 404, and the probe finds it where it is now, as the proxy always did.
+    from sandboxctl.core.freshness import FreshnessRule
+    from sandboxctl.inventory.memory import MemoryInventorySource
+    from sandboxctl.store import SandboxStore
+    from sandboxctl.store.nodes import NodeAccess
+
+    old, now = StandIn(FLEET_TOKEN, {}), StandIn(FLEET_TOKEN, {LISTED: "claim-token-a"})
+    with serving(old) as old_url, serving(now) as now_url:
+        stamp = datetime.now(UTC)
+        entry = Entry(name=f"default/{LISTED}", phase="Running", id=LISTED)
+        source = MemoryInventorySource(
+            [
+                NodeInventory(
+                    "node-a", old_url.removeprefix("http://"), entries=(entry,), published_at=stamp
+                ),
+                NodeInventory("node-b", now_url.removeprefix("http://"), published_at=stamp),
+            ]
+        )
+        store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(FLEET_TOKEN))
+        try:
+            owner = store.owner(SandboxId.of_claim(LISTED))
+            assert owner is not None
+            assert (owner.node, owner.token) == ("node-b", "claim-token-a")
+        finally:
+            store.close()
