@@ -21,7 +21,6 @@ from sandboxctl.agentapi import (
     AgentError,
     ClaimGrant,
     ClaimRequest,
-    SandboxRow,
     UsageSample,
 )
 from sandboxctl.agentapi.mapping import HIBERNATED, RUNNING, entry_from_row
@@ -167,10 +166,6 @@ class ClaimRouter:
     def resume(self, located: Located) -> None:
         self._resolver.call_owner(located, lambda c: c.wake(located.entry.id))
         self._reads.rewrote(located, phase=RUNNING)
-
-    def read(self, located: Located) -> SandboxRow:
-        """The owning node's live row for a sandbox, with its claim token."""
-        return self._resolver.row_of(located)
 
     def usage(
         self,

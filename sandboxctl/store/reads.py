@@ -335,12 +335,6 @@ class FleetReads:
             return held.object
         return sandbox_object(located, str(state.version))
 
-    def version_of(self, namespace: str, name: str) -> str:
-        """The resourceVersion this server reads a name at (the current one if absent)."""
-        state = self.state()
-        held = state.held.get((namespace, name))
-        return str(held.version if held is not None else state.version)
-
 
 def _changed(
     before: Mapping[str, NodeRecord], after: Mapping[str, NodeRecord]

@@ -115,7 +115,7 @@ class OwnerResolver:
             return found
         return None
 
-    def probe(self, sandbox_id: SandboxId) -> tuple[Located, SandboxRow] | None:
+    def _probe(self, sandbox_id: SandboxId) -> tuple[Located, SandboxRow] | None:
         """Ask every fresh node's agent for the sandbox (each spelling of its id); the
         first node that has it answers with its live row (with the claim token)."""
         nodes = self.node_access()
@@ -242,7 +242,7 @@ class OwnerResolver:
             )
             if row is not None:
                 return node, row
-        if may_probe() and (hit := self.probe(sandbox_id)) is not None:
+        if may_probe() and (hit := self._probe(sandbox_id)) is not None:
             return hit[0].node, hit[1]
         return None
 

@@ -106,7 +106,6 @@ class SandboxStore:
     watch = _Of("reads", FleetReads.watch)
     page = _Of("reads", FleetReads.page)
     object_of = _Of("reads", FleetReads.object_of)
-    version_of = _Of("reads", FleetReads.version_of)
 
     # --- claim routing -------------------------------------------------------------------
     claim = _Of("claims", ClaimRouter.claim)
@@ -115,14 +114,13 @@ class SandboxStore:
     set_network = _Of("claims", ClaimRouter.set_network)
     pause = _Of("claims", ClaimRouter.pause)
     resume = _Of("claims", ClaimRouter.resume)
-    read = _Of("claims", ClaimRouter.read)
     usage = _Of("claims", ClaimRouter.usage)
 
     # --- the owner resolver --------------------------------------------------------------
     locate = _Of("resolver", OwnerResolver.locate)
     locate_claim = _Of("resolver", OwnerResolver.locate_claim)
-    probe = _Of("resolver", OwnerResolver.probe)
     owner = _Of("resolver", OwnerResolver.owner)
     cached_owner = _Of("resolver", OwnerResolver.cached_owner)
+    row_of = _Of("resolver", OwnerResolver.row_of)
     forget = _Of("resolver", OwnerResolver.forget)
     log_of = _Of("resolver", OwnerResolver.log_of)

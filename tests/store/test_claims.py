@@ -236,7 +236,7 @@ def test_verbs_route_to_the_owning_node(nodes: dict[str, Node], make_store: Make
     assert located is not None
 
     store.pause(located)
-    assert store.read(located).hibernated is True
+    assert store.row_of(located).hibernated is True
     store.resume(located)
     deadline = store.renew(located, 600)
     assert deadline is not None

@@ -65,7 +65,7 @@ class E2bService:
     async def read(self, located: Located, sandbox_id: str) -> SandboxRow:
         """The owning node's live row (404 once it is gone there)."""
         try:
-            return await self.call(self.store.read, located)
+            return await self.call(self.store.row_of, located)
         except E2bError as error:
             if error.status == 404:
                 raise not_found(sandbox_id) from None
