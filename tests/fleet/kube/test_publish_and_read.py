@@ -10,7 +10,6 @@ the one-second precision of ``publishedAt`` and a read's tick), and within
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ from sandboxctl.agentapi import AgentClient
 from sandboxctl.clock import SystemClock
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
+from sandboxctl.lifecycle import Background
 from sandboxctl.publisher import Publisher
 from tests.fleet.kube.fleet import (
     E2B_KEY,
@@ -186,7 +186,6 @@ def test_a_clock_an_hour_ahead_evicts_nobody(kube_fleet: KubeFleet) -> None:
     # node-b's publisher is replaced by one whose clock runs an hour ahead.
     node = kube_fleet.nodes["node-b"]
     node.publisher.stop()
-    stopping = threading.Event()
     agent = AgentClient(node.address, ROOT_TOKEN)
     skewed = Publisher(
         "node-b",
@@ -195,8 +194,8 @@ def test_a_clock_an_hour_ahead_evicts_nobody(kube_fleet: KubeFleet) -> None:
         interval=timedelta(seconds=INTERVAL),
         clock=_Ahead(timedelta(hours=1)),
     )
-    thread = threading.Thread(target=skewed.run, args=(stopping,), daemon=True)
-    thread.start()
+    publishing = Background(skewed)
+    publishing.start()
     try:
         wait_until(
             lambda: _stamp_ahead(kube_fleet, "node-b"), what="node-b's stamp to be an hour ahead"
@@ -206,8 +205,7 @@ def test_a_clock_an_hour_ahead_evicts_nobody(kube_fleet: KubeFleet) -> None:
             assert {"on-node-a", "on-node-b"} <= kube_fleet.listed(kube_url)
             time.sleep(0.2)
     finally:
-        stopping.set()
-        thread.join(timeout=10)
+        publishing.stop()
         agent.close()
 
 
