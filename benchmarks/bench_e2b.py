@@ -108,6 +108,7 @@ def real_fleet(
     0.2 s, and a store over it with claim routing; every sandbox is destroyed on exit.
     Needs root and bubblewrap (see :func:`unavailable`)."""
     from sandboxctl.inventory.mesh import MeshInventorySource
+    from sandboxctl.lifecycle import Background
     from sandboxctl.sandboxd.agent import Agent, AgentSettings
     from sandboxctl.sandboxd.api import create_app
     from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
@@ -132,6 +133,8 @@ def real_fleet(
             agent = Agent(settings, BubblewrapRuntime())
             stack.callback(agent.stop, destroy=True)
             agent.start()
+            for loop in agent.loops():  # as serve-sandboxd's manager runs them
+                Background(loop).start()
             stack.enter_context(_serving_on(create_app(agent, TOKEN), port))
             addresses.append(settings.advertise_addr)
         source = MeshInventorySource(addresses, TOKEN, poll_interval=timedelta(seconds=0.2))
