@@ -28,12 +28,12 @@ class SandboxId:
     def parse(cls, text: str) -> SandboxId:
         """An id as a client gave it, in either spelling."""
         claim = "sb_" + text[3:] if text.startswith("sb-") else text
-        return cls(_public(text), claim, text)
+        return cls(public_id(text), claim, text)
 
     @classmethod
     def of_claim(cls, claim_id: str) -> SandboxId:
         """An id as an agent gave it."""
-        return cls(_public(claim_id), claim_id, claim_id)
+        return cls(public_id(claim_id), claim_id, claim_id)
 
     @property
     def spellings(self) -> tuple[str, ...]:
@@ -42,11 +42,13 @@ class SandboxId:
 
     def names(self, claim_id: str) -> bool:
         """Whether this id names the claim ``claim_id``."""
-        return claim_id == self.claim or _public(claim_id) == self.public
+        return claim_id == self.claim or public_id(claim_id) == self.public
 
     def __str__(self) -> str:
         return self.public
 
 
-def _public(text: str) -> str:
+def public_id(text: str) -> str:
+    """The public spelling of an id in either spelling (``SandboxId(...).public``, without
+    the object: lists and sorts take it for every sandbox)."""
     return _NOT_DNS.sub("-", text.lower())

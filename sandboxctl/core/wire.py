@@ -24,7 +24,7 @@ import functools
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 import msgspec
@@ -114,6 +114,19 @@ def json_value(data: object) -> Any:
 def encode(value: object) -> bytes:
     """``value`` (shapes, dicts, lists, times) as the JSON bytes every API answers."""
     return _dumps(value).encode()
+
+
+def encode_listing(value: object) -> bytes:
+    """The bytes :func:`encode` writes, by msgspec's own encoder (about 50 times faster),
+    for the list answers that are hot paths. Only for shapes whose times are all UTC at
+    whole seconds (:func:`whole_seconds`) and that hold no float: msgspec writes a time's
+    fraction and zone, and some floats, as Python does not."""
+    return msgspec.json.encode(value)
+
+
+def whole_seconds(value: datetime) -> datetime:
+    """``value`` in UTC without its fraction: the time :func:`encode` writes."""
+    return value.astimezone(UTC).replace(microsecond=0)
 
 
 def plain(value: object) -> Any:

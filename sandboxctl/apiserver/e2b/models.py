@@ -13,10 +13,10 @@ from msgspec import UNSET, UnsetType
 
 from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.e2b.paging import state_of
-from sandboxctl.core.ids import SandboxId
+from sandboxctl.core.ids import SandboxId, public_id
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.snapshot import Located
-from sandboxctl.core.wire import Model
+from sandboxctl.core.wire import Model, whole_seconds
 
 
 def envd_access_token(secret: bytes, claim_token: str) -> str:
@@ -142,13 +142,14 @@ def detail_body(
 def _listed(config: E2bConfig, located: Located, now: datetime) -> dict[str, Any]:
     entry = located.entry
     started = entry.claimed_at or now
+    ends = entry.deadline or started + timedelta(seconds=config.default_timeout)
     alias = alias_of(config, entry.template)
-    return {
+    return {  # times as they are written, so a list can be written by wire.encode_listing
         "templateID": entry.template,
-        "sandboxID": SandboxId.of_claim(entry.id).public,
+        "sandboxID": public_id(entry.id),
         "clientID": located.node,
-        "startedAt": started,
-        "endAt": entry.deadline or started + timedelta(seconds=config.default_timeout),
+        "startedAt": whole_seconds(started),
+        "endAt": whole_seconds(ends),
         "cpuCount": entry.cpu_count or 0,
         "memoryMB": (entry.memory_bytes or 0) >> 20,
         "diskSizeMB": 0,

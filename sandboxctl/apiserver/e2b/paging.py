@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.ids import SandboxId
+from sandboxctl.core.ids import public_id
 from sandboxctl.core.model import Entry
 
 MAX_LIMIT: Final = 100
@@ -37,7 +37,7 @@ def state_of(entry: Entry) -> str:
 
 
 def sort_key(entry: Entry) -> SortKey:
-    return (entry.claimed_at or _NEVER, SandboxId.of_claim(entry.id).public)
+    return (entry.claimed_at or _NEVER, public_id(entry.id))
 
 
 # --- parameters ------------------------------------------------------------------------

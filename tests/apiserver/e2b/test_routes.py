@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.apiserver.e2b.bodies import NewSandbox
+from sandboxctl.apiserver.e2b.models import listed_body
 from sandboxctl.apiserver.e2b.routes import ROUTES, sandboxes, templates
 from sandboxctl.apiserver.e2b.service import E2bError, E2bService
 from sandboxctl.clock import ManualClock
+from sandboxctl.core import wire
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import Entry, Metadata, NodeInventory, Pool, PoolKey
+from sandboxctl.core.snapshot import Located
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
 
@@ -76,3 +79,21 @@ def test_a_route_refuses_with_the_apis_error(service: E2bService) -> None:
         404,
         {"code": 404, "message": "template 'nope' not found"},
     )
+
+
+def test_a_listing_is_written_as_every_answer_is_whatever_its_times() -> None:
+    """The list's fast writer (msgspec's own) gives encode's bytes: the times are made
+    whole-second UTC first, whatever fraction or zone the entry and the clock carry."""
+    zone = timezone(timedelta(hours=5, minutes=30))
+    entries = [
+        Entry(name="ns/a", phase="Running", id="sb_a1", template="base",
+              claimed_at=datetime(2026, 12, 2, 5, 0, 1, 999_999, tzinfo=UTC),
+              deadline=datetime(2026, 12, 2, 11, 0, 0, 500_000, tzinfo=zone),
+              metadata=Metadata.of({"k": "é\u2028\x01"})),
+        Entry(name="ns/b", phase="Hibernated", id="sb_b2", template="other"),
+    ]  # fmt: skip
+    now = datetime(2026, 12, 2, 5, 30, 0, 123_456, tzinfo=zone)
+    config = E2bConfig(domain="test.invalid", envd_secret=b"s", api_keys={"k": "ns"})
+    items = [listed_body(config, Located("node-a", entry), now) for entry in entries]
+    assert wire.encode_listing(items) == wire.encode(items)
+    assert b".999" not in wire.encode_listing(items)

@@ -39,7 +39,8 @@ from sandboxctl.apiserver.e2b.service import E2bError, E2bService, Service, Tena
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.netpolicy import targets
 from sandboxctl.core.snapshot import Located
-from sandboxctl.serving.apps import answer, body, no_content
+from sandboxctl.core.wire import encode_listing
+from sandboxctl.serving.apps import JSON, answer, body, no_content
 
 NAME_PREFIX: Final = "e2b-"
 
@@ -239,7 +240,7 @@ async def _listing(
     )
     items = [listed_body(e2b.config, located, now) for located in found]
     headers = {"X-Next-Token": encode_cursor(following)} if following is not None else None
-    return answer(items, headers=headers)
+    return Response(encode_listing(items), headers=headers, media_type=JSON)
 
 
 def _connected(e2b: E2bService, located: Located, row: SandboxRow) -> Sandbox:
