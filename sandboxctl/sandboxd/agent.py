@@ -72,7 +72,7 @@ __all__ = ["AdoptionReport", "Agent", "AgentSettings"]
 log = logging.getLogger("sandboxctl.sandboxd")
 
 BASE_TEMPLATE = "base"
-LOOP_STOP_TIMEOUT = 30.0  # how long a stop waits for a loop before it destroys anyway
+LOOP_STOP_TIMEOUT = 30.0  # how long a stop waits for loops and starts before it destroys anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +129,13 @@ class Agent:
             self._lock_file.close()
             raise
         self._lock = threading.RLock()
+        self._starts_ended = threading.Condition(self._lock)
         self._records: dict[str, SandboxRecord] = {}
         self._dead: list[SandboxRecord] = []  # forgotten under the lock, cleaned up off it
         self._ended_tokens = EndedTokens()
         self._stopping = Stop()  # the agent's work ends: its loops and a refill in progress
         self._stopped = False
+        self._closed = False  # set by stop: what starts after it is not recorded
         self._loops: list[_AgentLoop] = []
         self._deaths = DeathWatch(self._died)  # watching from start()
         self.events = EventLog(now=self._now)
@@ -195,13 +197,22 @@ class Agent:
         self._stopping.set()
         self._deaths.stop()
         deadline = time.monotonic() + LOOP_STOP_TIMEOUT
+
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         for loop in self._loops:
-            if not loop.idle.wait(max(0.0, deadline - time.monotonic())):
+            if not loop.idle.wait(remaining()):
                 log.error("%s did not stop within %ss", loop.name, LOOP_STOP_TIMEOUT)
+        with self._lock:
+            # A claim's start may outlive the server's grace: wait for it to be recorded.
+            late = not self._starts_ended.wait_for(lambda: not self.pools.starting(), remaining())
+            if late:
+                log.error("sandbox starts did not end within %ss", LOOP_STOP_TIMEOUT)
+            self._closed = True  # a start still running cleans up after itself
+            ids = list(self._records)
         try:
             if destroy:
-                with self._lock:
-                    ids = list(self._records)
                 for sandbox_id in ids:
                     try:
                         self._destroy(sandbox_id)
@@ -209,8 +220,9 @@ class Agent:
                         log.exception("could not destroy %s on exit", sandbox_id)
             self._attachments.stop(remove=destroy)
         finally:
-            self._state.close()
-            self._lock_file.close()
+            if not late:  # else a late start still needs them to clean up after itself
+                self._state.close()
+                self._lock_file.close()
 
     def adopt(self) -> AdoptionReport:
         return self._adoption.adopt(self._adopted, self._known)
@@ -287,19 +299,24 @@ class Agent:
         try:
             record = self._launcher.start(key, uid)
         except BaseException:
+            with self._lock:
+                self._end_start(key)
             self._uids.release(uid)
             raise
-        finally:
-            with self._lock:
-                self.pools.end_start(key)
         with self._lock:
-            try:
-                self._grant(record, request, ttl)  # claimed before it is indexed: never warm
-            except RuntimeFailure:
-                self._dead.append(record)
-                self.pools.wanted.set()
-                raise
-            self._add(record)
+            self._end_start(key)
+            closed = self._closed
+            if not closed:
+                try:
+                    self._grant(record, request, ttl)  # claimed before it is indexed: never warm
+                except RuntimeFailure:
+                    self._dead.append(record)
+                    self.pools.wanted.set()
+                    raise
+                self._add(record)
+        if closed:  # its request outlived the server's grace
+            self._discard_late(record)
+            raise RuntimeFailure("the agent stopped while the sandbox started")
         return record
 
     def set_network(self, sandbox_id: str, update: NetworkUpdate) -> SandboxRecord:
@@ -396,12 +413,17 @@ class Agent:
             except Exception:
                 log.exception("warm-pool refill of %s failed", key)
                 with self._lock:
-                    self.pools.end_start(key)
+                    self._end_start(key)
                 self._uids.release(uid)
                 raise
             with self._lock:
-                self.pools.end_start(key)
-                self._add(record)
+                self._end_start(key)
+                closed = self._closed
+                if not closed:
+                    self._add(record)
+            if closed:  # a loop that outlived the stop's wait
+                self._discard_late(record)
+                return started
             started += 1
         return started
 
@@ -541,6 +563,19 @@ class Agent:
         self._launcher.cleanup(record, identity_of(record))
         self.pools.wanted.set()
         return True
+
+    def _end_start(self, key: PoolKey) -> None:
+        """Under the lock."""
+        self.pools.end_start(key)
+        self._starts_ended.notify_all()
+
+    def _discard_late(self, record: SandboxRecord) -> None:
+        """Destroy a sandbox whose start ended after :meth:`stop` took the list of
+        sandboxes: nobody would destroy or adopt one the agent never recorded."""
+        try:
+            self._launcher.cleanup(record, identity_of(record))
+        except Exception:
+            log.exception("could not destroy %s, started after the stop", record.id)
 
     def _now(self) -> float:
         return self.clock.now().timestamp()

@@ -15,6 +15,7 @@ from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.clock import ManualClock
 from sandboxctl.core.model import PoolKey
 from sandboxctl.lifecycle import EXIT_FAILED, Stop
+from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import (
     AtCapacity,
@@ -24,6 +25,7 @@ from sandboxctl.sandboxd.errors import (
     StateDirInUse,
     UnknownTemplate,
 )
+from sandboxctl.sandboxd.runtime import RuntimeFailure
 from sandboxctl.sandboxd.server import serve
 from sandboxctl.serving import bind
 from tests.sandboxd.conftest import BASE, T0
@@ -361,3 +363,76 @@ def test_a_crashed_loop_of_the_agent_stops_its_process_with_exit_1(
         watchdog.cancel()
     assert code == EXIT_FAILED
     assert "lease reaper: RuntimeError('a reaper bug')" in caplog.text
+
+
+class _GatedStart:
+    """The launcher's start held at its door until ``gate`` opens: a claim in flight."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self._start = agent._launcher.start
+        self.outcome: list[object] = []
+
+    def __call__(self, key: PoolKey, uid: int) -> object:
+        self.entered.set()
+        assert self.gate.wait(30)
+        return self._start(key, uid)
+
+    def claim(self, agent: Agent) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.outcome.append(agent.claim(ClaimRequest(template="base")))
+            except Exception as error:
+                self.outcome.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert self.entered.wait(10)
+        return thread
+
+
+def _stop_beside(agent: Agent, gated: _GatedStart, claim: threading.Thread) -> None:
+    stopper = threading.Thread(target=agent.stop, kwargs={"destroy": True})
+    stopper.start()
+    wait_until(lambda: agent._stopped, what="the stop to begin")
+    gated.gate.set()
+    claim.join(60)
+    stopper.join(60)
+    assert not claim.is_alive()
+    assert not stopper.is_alive()
+
+
+def test_a_stop_waits_for_a_claim_still_starting_and_destroys_its_sandbox(
+    make_agent, uid_base: int
+) -> None:  # type: ignore[no-untyped-def]
+    agent: Agent = make_agent(pools={})
+    gated = _GatedStart(agent)
+    agent._launcher.start = gated  # type: ignore[assignment,method-assign]
+    _stop_beside(agent, gated, gated.claim(agent))
+
+    [record] = gated.outcome
+    assert not isinstance(record, Exception), record
+    assert not procfs.pids_of_uids(range(uid_base, uid_base + 6))
+
+
+def test_a_start_that_outlives_the_stop_destroys_its_own_sandbox(
+    make_agent, uid_base: int, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Its request outlived the server's grace and the stop's wait: no one else would
+    destroy a sandbox the agent never recorded."""
+    monkeypatch.setattr("sandboxctl.sandboxd.agent.LOOP_STOP_TIMEOUT", 0.0)
+    agent: Agent = make_agent(pools={})
+    gated = _GatedStart(agent)
+    agent._launcher.start = gated  # type: ignore[assignment,method-assign]
+    claim = gated.claim(agent)
+    agent.stop(destroy=True)  # waits for nothing: the start is still at its door
+    gated.gate.set()
+    claim.join(60)
+
+    agent._state.close()  # left open for the late start; the process's exit closes them
+    agent._lock_file.close()
+
+    [error] = gated.outcome
+    assert isinstance(error, RuntimeFailure), error
+    assert not procfs.pids_of_uids(range(uid_base, uid_base + 6))

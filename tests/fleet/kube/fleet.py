@@ -95,15 +95,18 @@ class Process:
         if self.popen is not None and self.popen.poll() is None:
             self.popen.send_signal(sig)
 
-    def stopped(self) -> None:
-        """Wait for it to end (killed after 30 s)."""
+    def stopped(self) -> bool:
+        """Wait for it to end; one still running after 30 s is killed (False)."""
+        ended = True
         if self.popen is not None:
             try:
                 self.popen.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
+                ended = False
         self.popen = None
+        return ended
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
@@ -354,8 +357,11 @@ def _stop_all(fleet: KubeFleet) -> None:
     parts = list(reversed(fleet.parts()))
     for part in parts:
         part.signal()
-    for part in parts:
-        part.stopped()
+    killed = [part for part in parts if not part.stopped()]
+    if killed:  # what it left behind is the uid check's; say why it was left
+        raise AssertionError(
+            "\n".join(f"{part.name} did not stop within 30 s: {part.output()}" for part in killed)
+        )
 
 
 class Watch:
