@@ -32,6 +32,7 @@ from sandboxctl.agentapi.models import AgentInfo, ClaimRequest, TemplateBuild
 from sandboxctl.agentapi.network import NetworkUpdate
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.ids import public_id
 from sandboxctl.core.model import DEFAULT_NET, PoolKey
 from sandboxctl.core.netpolicy import NetworkPolicy
 from sandboxctl.core.templates import READY_TIMEOUT
@@ -303,6 +304,7 @@ class Agent:
                 self._end_start(key)
             self._uids.release(uid)
             raise
+        _log_created(record, "for a claim")
         with self._lock:
             self._end_start(key)
             closed = self._closed
@@ -341,6 +343,7 @@ class Agent:
         self.events.record(sandbox_id, "sandbox killed")
         if not self._destroy(sandbox_id):
             raise NoSuchSandbox(f"sandbox {sandbox_id!r} not found")
+        log.info("sandbox %s killed", public_id(sandbox_id))
 
     def renew(self, sandbox_id: str, ttl_seconds: int, on_expire: str | None) -> SandboxRecord:
         if on_expire is not None:
@@ -365,6 +368,7 @@ class Agent:
             record.hibernated = True
             self._state.put(record)
         self.events.record(sandbox_id, "sandbox paused")
+        log.info("sandbox %s paused", public_id(sandbox_id))
 
     def wake(self, sandbox_id: str) -> None:
         record = self.get(sandbox_id)
@@ -380,6 +384,7 @@ class Agent:
                 record.deadline = now + record.ttl_seconds
             self._state.put(record)
         self.events.record(sandbox_id, "sandbox resumed")
+        log.info("sandbox %s resumed", public_id(sandbox_id))
 
     def set_pools(self, targets: Mapping[PoolKey, int]) -> None:
         """Replace every warm target; a pool left out drains to zero."""
@@ -416,6 +421,7 @@ class Agent:
                     self._end_start(key)
                 self._uids.release(uid)
                 raise
+            _log_created(record, "warm")
             with self._lock:
                 self._end_start(key)
                 closed = self._closed
@@ -460,6 +466,7 @@ class Agent:
         record.net = "egress" if chosen.internet else DEFAULT_NET
         self._state.put(record)
         self.events.record(record.id, "sandbox claimed", claim_ref=request.claim_ref or record.id)
+        log.info("sandbox %s claimed by %s", public_id(record.id), request.claim_ref or "a client")
         self.usage.poke()
 
     def _take_warm(self, key: PoolKey) -> str | None:
@@ -579,6 +586,13 @@ class Agent:
 
     def _now(self) -> float:
         return self.clock.now().timestamp()
+
+
+def _log_created(record: SandboxRecord, purpose: str) -> None:
+    """The lifecycle lines name a sandbox as the SDK does (``sb-…``), so a user can grep
+    the log for the id the SDK printed."""
+    template = record.key.template
+    log.info("sandbox %s created (%s, template %s)", public_id(record.id), purpose, template)
 
 
 def _lock_state_dir(state_dir: Path) -> IO[str]:

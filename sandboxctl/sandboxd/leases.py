@@ -14,6 +14,7 @@ from datetime import timedelta
 from sandboxctl.agentapi.models import ClaimRequest
 from sandboxctl.core.envvars import check_env
 from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.ids import public_id
 from sandboxctl.lifecycle import Loop, Stop
 from sandboxctl.sandboxd.errors import BadRequest, Conflict, NoSuchSandbox
 from sandboxctl.sandboxd.events import EventLog
@@ -90,7 +91,7 @@ class Reaper:
             elif self._destroy(record.id):
                 done.append((record.id, "destroyed"))
         for sandbox_id, action in done:
-            log.info("lease of %s expired: %s", sandbox_id, action)
+            log.info("sandbox %s expired: %s", public_id(sandbox_id), action)
             self._events.record(sandbox_id, f"sandbox timed out: {action}", action=action)
         return done
 

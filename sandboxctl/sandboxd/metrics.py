@@ -1,4 +1,5 @@
-"""Prometheus metrics of one agent: request counts per route, the pools at scrape time, each
+"""Prometheus metrics of one agent: request counts and latency per route (the latency in
+the shape every service shares, ``serving.metrics``), the pools at scrape time, each
 claimed sandbox's newest usage sample, and what sampling costs."""
 
 from __future__ import annotations
@@ -11,12 +12,24 @@ from prometheus_client.registry import Collector
 
 from sandboxctl.agentapi.models import AgentInfo
 from sandboxctl.sandboxd.usage import UsageSampler
+from sandboxctl.serving.metrics import RequestTimes
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+SERVICE = "sandboxd"
+
+
 class AgentMetrics:
-    def __init__(self, info: Callable[[], AgentInfo], usage: UsageSampler | None = None) -> None:
+    """``request_histograms=False`` leaves out the latency histogram (the benchmark of
+    its cost compares the two)."""
+
+    def __init__(
+        self,
+        info: Callable[[], AgentInfo],
+        usage: UsageSampler | None = None,
+        request_histograms: bool = True,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "sandboxd_requests_total",
@@ -24,9 +37,17 @@ class AgentMetrics:
             ["route", "method", "status"],
             registry=self.registry,
         )
+        times = RequestTimes(self.registry).of(SERVICE) if request_histograms else None
+        self._times = times
         self.registry.register(_PoolCollector(info))
         if usage is not None:
             self.registry.register(_UsageCollector(usage))
+
+    def observe(self, route: str, method: str, status: str, seconds: float) -> None:
+        """One request answered (``serving.metrics.Timed`` calls it)."""
+        self.requests.labels(route, method, status).inc()
+        if self._times is not None:
+            self._times(route, method, status, seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
