@@ -1,6 +1,7 @@
 """The e2b API's routes, one plain function each over the service (``service.py``):
 ``templates`` (health and the template catalog), ``sandboxes`` (create, the lists, one
-sandbox's reads and verbs) and ``observe`` (metrics and logs). :data:`ROUTES` is the
+sandbox's reads and verbs), ``observe`` (metrics and logs) and ``unserved`` (e2b's
+operations this fleet does not serve: 501, saying why). :data:`ROUTES` is the
 whole API, in the order the app matches it."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sandboxctl.apiserver.e2b.routes import observe, sandboxes, templates
+from sandboxctl.apiserver.e2b.routes.unserved import UNSERVED, refusal
 
 Route = tuple[str, str, Callable[..., Any]]  # method, path, function
 
@@ -36,6 +38,8 @@ ROUTES: Final[tuple[Route, ...]] = (
     ("GET", "/sandboxes/{sandbox_id}/metrics", observe.sandbox_metrics),
     ("GET", "/sandboxes/{sandbox_id}/logs", observe.logs_v1),
     ("GET", "/v2/sandboxes/{sandbox_id}/logs", observe.logs_v2),
+    # last: e2b's operations this fleet does not serve answer 501 saying why
+    *((operation.method, operation.path, refusal(operation)) for operation in UNSERVED),
 )
 
-__all__ = ["ROUTES", "Route"]
+__all__ = ["ROUTES", "UNSERVED", "Route"]
