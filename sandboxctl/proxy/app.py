@@ -34,6 +34,7 @@ from sandboxctl.relay import (
     relay_websocket,
     request_head,
 )
+from sandboxctl.serving.metrics import UNMATCHED, RequestTimes, Timed
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.owners import CAPACITY, Owner
 
@@ -56,6 +57,11 @@ OUTCOMES: Final = (
     "upstream_error",
     "internal_path",
 )
+# The proxy has no router: ``_http`` names the route it took in the scope, for the
+# latency histogram (a sandbox's port is a route of its own, never its id or path).
+ROUTE_LABEL: Final = "sandboxctl.proxy.route"
+ENVD_ROUTE: Final = "envd"
+GUEST_PORT_ROUTE: Final = "guest port"
 # Never relayed upstream: the control-plane key, the caller's Host, the caller's
 # Authorization (re-sent as X-Forwarded-Authorization: the agent's Authorization is the
 # claim token), and Expect (uvicorn has already answered 100-continue to the caller);
@@ -84,6 +90,7 @@ class ProxyMetrics:
         )
         for outcome in OUTCOMES:
             self.requests.labels(outcome)
+        self.times = RequestTimes(self.registry).of("proxy")
 
     def count(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
@@ -107,6 +114,7 @@ class ProxyApp:
         self.budget = TokenBucket(probe_rate, probe_burst)
         self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
         self._guests = DirectGuests()
+        self._timed = Timed(self._http, self.metrics.times, _route_label)
         # One HMAC per claim token, not per request: the same bound as the owners kept.
         self._access_token = functools.lru_cache(maxsize=CAPACITY)(
             functools.partial(envd_access_token, envd_secret)
@@ -116,12 +124,13 @@ class ProxyApp:
         if scope["type"] == "websocket":
             await self._guest_websocket(scope, receive, send)
         elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+            await self._timed(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route by the Host (or headers) to a sandbox's port: envd's, or a guest's."""
         headers = _headers(scope)
         if scope["path"] == "/healthz" and scope["method"] in ("GET", "HEAD"):
+            scope[ROUTE_LABEL] = "/healthz"
             await _reply(send, 204, None)
             return
         try:
@@ -132,13 +141,17 @@ class ProxyApp:
         if target is None:
             await self._no_sandbox(scope, send)
         elif target.port != ENVD_PORT:
+            scope[ROUTE_LABEL] = GUEST_PORT_ROUTE
             await self._guest_port(scope, receive, send, headers, target)
         else:
+            scope[ROUTE_LABEL] = ENVD_ROUTE
             await self._envd(scope, receive, send, headers, target)
 
     async def _no_sandbox(self, scope: Scope, send: Send) -> None:
-        """A request that names no sandbox: the proxy's own metrics, or a 400."""
+        """A request that names no sandbox: the proxy's own metrics, or a 400. A sandbox's
+        host never gets here: its ``/metrics`` is the sandbox's own."""
         if scope["path"] == "/metrics" and scope["method"] == "GET":
+            scope[ROUTE_LABEL] = "/metrics"
             payload = generate_latest(self.metrics.registry)
             await _reply_bytes(send, 200, payload, CONTENT_TYPE_LATEST)
             return
@@ -392,7 +405,7 @@ class ProxyApp:
         log.info("%s for %s (%s) failed: %s", relay, target.sandbox_id, via, error)
         if guest is not None and isinstance(error, UpstreamError):
             # The guest's own server answered badly: say so, as the agent would.
-            text = guest_port_failure(target.port, error)
+            text = guest_port_failure(target.sandbox_id, target.port, error)
             await _reply_bytes(caller.reply, 502, json.dumps({"error": text}).encode(), JSON)
             return
         self.store.forget(SandboxId.parse(target.sandbox_id))
@@ -469,6 +482,11 @@ def create_proxy_app(
 ) -> ProxyApp:
     """The envd proxy over ``store`` (which must have node access): an ASGI app."""
     return ProxyApp(store, envd_secret, domain, probe_rate, probe_burst)
+
+
+def _route_label(scope: Scope) -> str:
+    """What ``_http`` chose for a request, as the latency histogram's ``route``."""
+    return str(scope.get(ROUTE_LABEL, UNMATCHED))
 
 
 def _headers(scope: Scope) -> dict[str, str]:
