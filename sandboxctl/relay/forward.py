@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
 
-from sandboxctl.relay.connection import Unreachable, UpstreamError
+from sandboxctl.core.ids import public_id
+from sandboxctl.relay.connection import Unreachable, UpstreamError, os_error_text
 from sandboxctl.relay.request import HOP_BY_HOP
 from sandboxctl.relay.response import Response
 
@@ -65,9 +66,13 @@ async def forward(response: Response, send: Send) -> None:
         await send({"type": "http.response.body", "body": chunk, "more_body": not last})
 
 
-def guest_port_failure(port: int, error: UpstreamError) -> str:
+def guest_port_failure(sandbox_id: str, port: int, error: UpstreamError | OSError) -> str:
     """What a guest-port request that got no response is answered (502), on either path
-    (straight from the proxy or through the agent)."""
+    (straight from the proxy or through the agent). A port nothing answers on is named
+    with its sandbox (the SDK's spelling of the id), as the caller asked for them: never
+    by the host pid or address the relay reached it through."""
+    if isinstance(error, OSError):  # a connect of the caller's own (a WebSocket's)
+        error = Unreachable(f"cannot connect: {os_error_text(error)}")
     if isinstance(error, Unreachable):
-        return f"nothing answers on port {port}: {error}"
+        return f"nothing answers on port {port} of sandbox {public_id(sandbox_id)}: {error}"
     return f"port {port} did not answer with one valid HTTP/1.1 response: {error}"

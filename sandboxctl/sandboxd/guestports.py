@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 from websockets.exceptions import InvalidHandshake
 
+from sandboxctl.core.ids import public_id
 from sandboxctl.relay import (
     CallerGone,
     Upstream,
@@ -43,7 +44,6 @@ from sandboxctl.relay import (
     guest_port_failure,
     open_stream,
     open_websocket,
-    os_error_text,
     passed_headers,
     raw_target,
     relay_websocket,
@@ -137,7 +137,7 @@ class GuestPorts:
         try:
             sock = await asyncio.to_thread(connect_inside, identity.pid, port)
         except OSError as error:
-            await reply(send, 502, f"nothing answers on port {port}: {os_error_text(error)}")
+            await reply(send, 502, guest_port_failure(sandbox_id, port, error))
             return
         await self._websocket(scope, receive, send, sock, port)
 
@@ -197,11 +197,12 @@ class GuestPorts:
         except CallerGone:
             return
         except UpstreamError as error:
+            shown = public_id(sandbox_id)  # as the SDK and the proxy's lines spell it
             if started:  # the response stays unfinished: the caller sees a cut stream
-                log.info("guest port %d relay for %s broke off: %s", port, sandbox_id, error)
+                log.info("guest port %d relay for %s broke off: %s", port, shown, error)
                 return
-            log.info("guest port %d relay for %s failed: %s", port, sandbox_id, error)
-            await _reply(send, 502, guest_port_failure(port, error))
+            log.info("guest port %d relay for %s failed: %s", port, shown, error)
+            await _reply(send, 502, guest_port_failure(sandbox_id, port, error))
 
 
 async def _close(send: Send, status: int, message: str) -> None:

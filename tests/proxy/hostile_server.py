@@ -36,6 +36,9 @@ ANSWERS = {
     b"/304": b'HTTP/1.1 304 Not Modified\r\netag: "v1"\r\ncontent-length: 5\r\n\r\n',
     b"/head": b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\n",
     b"/interim": b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n" + PLAIN,
+    # Chunks, a chunk extension and a trailer (which is not relayed).
+    b"/chunked": b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nx-trailer: t\r\n\r\n",
 }
 # These end the body by closing the connection (or cut it short).
 CLOSING = {
@@ -44,6 +47,7 @@ CLOSING = {
     b"/busybox": b"HTTP/1.1 404 Not Found\r\nContent-type: text/html\r\n"
     b"Date: Mon, 01 Jan 2024 00:00:00 GMT\r\nServer: busybox\r\nConnection: close\r\n\r\n"
     + BUSYBOX_404,
+    b"/http10": b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nended by the close",
     b"/cut": b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"c" * 500,
     b"/cutchunked": b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
 }
@@ -73,6 +77,36 @@ def junk_when_poked(conn: socket.socket, sent: threading.Event) -> None:
     count("junk_sent")
 
 
+def more(conn: socket.socket, data: bytes) -> bytes:
+    received = conn.recv(65536)
+    if not received:
+        raise ConnectionError("the relay closed mid-request")
+    return data + received
+
+
+def read_body(conn: socket.socket, head: bytes, data: bytes) -> tuple[bytes, bytes, bytes]:
+    """A request body as its head frames it (chunked, with no trailers, or a length):
+    how it was framed, the body, and the bytes after it."""
+    lowered = head.lower()
+    if b"\r\ntransfer-encoding: chunked" in lowered:
+        body = b""
+        while True:
+            while b"\r\n" not in data:
+                data = more(conn, data)
+            size_line, _, data = data.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            while len(data) < size + 2:
+                data = more(conn, data)
+            body, data = body + data[:size], data[size + 2 :]
+            if not size:
+                return b"chunked", body, data
+    _, found, rest = lowered.partition(b"\r\ncontent-length:")
+    length = int(rest.split(b"\r\n")[0]) if found else 0
+    while len(data) < length:
+        data = more(conn, data)
+    return b"length" if found else b"none", data[:length], data[length:]
+
+
 def serve(conn: socket.socket, peer: str) -> None:
     count("connections")
     junk = threading.Event()
@@ -95,6 +129,11 @@ def serve(conn: socket.socket, peer: str) -> None:
             if path == b"/idle":
                 conn.sendall(PLAIN)
                 threading.Thread(target=junk_when_poked, args=(conn, junk), daemon=True).start()
+                continue
+            if path == b"/upload":  # how the body came, its length and its digest
+                framing, body, data = read_body(conn, head, data)
+                said = b"%s %d %s" % (framing, len(body), hashlib.sha256(body).hexdigest().encode())
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(said), said))
                 continue
             if path.startswith(b"/echo"):  # the request line's target, as it came
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(path), path))

@@ -12,6 +12,7 @@ from typing import Any
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.core.model import PoolKey
 from sandboxctl.proxy import create_proxy_app
+from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import serving
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 from tests.store.real_fleet import real_fleet
@@ -31,6 +32,18 @@ def sdk_stack(
     *, key: str, secret: bytes, uid_base: int, warm: int, prefix: str, network: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Yields the SDK's connection parameters (api_key, api_url, sandbox_url)."""
+    with sdk_stack_and_store(
+        key=key, secret=secret, uid_base=uid_base, warm=warm, prefix=prefix, network=network
+    ) as (params, _):
+        yield params
+
+
+@contextmanager
+def sdk_stack_and_store(
+    *, key: str, secret: bytes, uid_base: int, warm: int, prefix: str, network: bool = False
+) -> Iterator[tuple[dict[str, Any], SandboxStore]]:
+    """:func:`sdk_stack`, and its store (which finds a sandbox's agent and claim token:
+    a test may call the agent's own routes)."""
     with ExitStack() as stack:
         store = real_fleet(
             stack,
@@ -46,7 +59,7 @@ def sdk_stack(
         config = E2bConfig(domain=DOMAIN, envd_secret=secret, api_keys={key: "default"})
         api_url = stack.enter_context(serving(create_e2b_app(store, config)))
         proxy_url = stack.enter_context(serving(create_proxy_app(store, secret, DOMAIN)))
-        yield {"api_key": key, "api_url": api_url, "sandbox_url": proxy_url}
+        yield {"api_key": key, "api_url": api_url, "sandbox_url": proxy_url}, store
 
 
 def create_sandbox(sdk: dict[str, Any], **options: Any) -> Any:

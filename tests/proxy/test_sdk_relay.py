@@ -202,7 +202,8 @@ def test_a_port_nothing_listens_on_is_a_502_that_names_no_host_pid(
     response = client.get("/", headers={"Host": sandbox.get_host(PORT + 1)})
     assert response.status_code == 502
     assert response.json() == {
-        "error": f"nothing answers on port {PORT + 1}: cannot connect: Connection refused"
+        "error": f"nothing answers on port {PORT + 1} of sandbox {sandbox.sandbox_id}: "
+        "cannot connect: Connection refused"
     }
 
 

@@ -92,7 +92,7 @@ def relaying_app(address: str) -> Any:
         except UpstreamError as error:
             if started:
                 return  # left unfinished: uvicorn drops the connection
-            body = guest_port_failure(8000, error).encode()
+            body = guest_port_failure("sb-0a0a0a0a", 8000, error).encode()
             await send({"type": "http.response.start", "status": 502, "headers": []})
             await send({"type": "http.response.body", "body": body})
 
@@ -210,3 +210,14 @@ def test_a_101_is_a_502_and_interim_answers_are_dropped(
     assert (final.status_code, final.text) == (200, "final")
     assert "link" not in final.headers
     quiet(records)
+
+
+def test_a_port_nothing_answers_on_is_named_by_its_sandbox_never_a_host_pid() -> None:
+    """The agent reaches a guest port by the sandbox's init pid; the caller asked for a
+    sandbox (in either spelling of its id) and a port, and is answered in those terms."""
+    refused = ConnectionRefusedError(111, "Connection refused", "/proc/3024/ns/net")
+    for sandbox_id in ("sb_0a0a0a0a", "sb-0a0a0a0a"):
+        assert guest_port_failure(sandbox_id, 8080, refused) == (
+            "nothing answers on port 8080 of sandbox sb-0a0a0a0a: cannot connect: "
+            "Connection refused"
+        )
