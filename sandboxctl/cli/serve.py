@@ -35,10 +35,11 @@ from sandboxctl.core.freshness import (
 )
 from sandboxctl.core.templates import DEFAULT_TEMPLATE, HOST_ROOT
 from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
+from sandboxctl.fleet.run import refuse_state_dir_in_use
 from sandboxctl.fleet.template import check_template
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.network.sandboxes import AUTO
-from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root, prepare
+from sandboxctl.sandboxd.runtimedir import DEFAULT_RUNTIME_ROOT, check_root, prepare, runtime_dir
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.serving import bind
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
@@ -146,8 +147,11 @@ def serve(
     check_root(runtime_root)  # sandbox uids reach their homes there; the state dir is private
     check_store(template_store, "--template-store")  # and the templates' roots
     check_template(template, pools, template_store)
+    # Then whether another agent holds the state dir (probed, never taken here), and only
+    # then the ports: each refusal names its own cause and leaves every file as it was.
+    refuse_state_dir_in_use(state_dir, runtime_dir(state_dir, runtime_root))
 
-    # Every port first: a taken one fails at once, before anything starts or is written.
+    # Every port next: a taken one fails at once, before anything starts or is written.
     with contextlib.ExitStack() as bound:
         sockets = [
             bound.enter_context(bind(host, port))

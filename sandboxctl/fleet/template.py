@@ -33,11 +33,14 @@ log = logging.getLogger("sandboxctl.serve")
 
 
 def check_template(template: str, pools: Mapping[PoolKey, int], store: Path) -> None:
-    """Refuse (one line, before anything starts) a ``--template`` that is not a name, and a
-    ``--pool`` of a template this fleet will not serve."""
+    """Refuse (one line, before anything starts or is bound) a ``--template`` that is not a
+    name or not in the store (but ``default``, which a first start builds), and a
+    ``--pool`` of a template this fleet will not serve. Writes nothing."""
+    found = TemplateStore(store)
     if template != HOST_ROOT:
         check_template_name(template)
-    found = TemplateStore(store)
+        if template != DEFAULT_TEMPLATE and found.get(template) is None:
+            raise _not_in_store(template, store)
     for key in pools:
         if key.template == template or found.get(key.template) is not None:
             continue
@@ -51,6 +54,13 @@ def check_template(template: str, pools: Mapping[PoolKey, int], store: Path) -> 
             f"--pool {key.template}: template {key.template!r} is not in the template store "
             f"{store} (sandboxctl template build {key.template} --store {store})"
         )
+
+
+def _not_in_store(template: str, store: Path) -> ConfigurationError:
+    return ConfigurationError(
+        f"--template {template}: not in the template store {store} "
+        f"(sandboxctl template build {template} --store {store})"
+    )
 
 
 def aliases(template: str) -> dict[str, tuple[str, str]]:
@@ -73,10 +83,7 @@ def prepare_template(template: str, store: Path) -> str:
     templates = TemplateStore(store)
     found = templates.get(template)
     if found is None and template != DEFAULT_TEMPLATE:
-        raise ConfigurationError(
-            f"--template {template}: not in the template store {store} "
-            f"(sandboxctl template build {template} --store {store})"
-        )
+        raise _not_in_store(template, store)  # removed since check_template
     if found is None:
         log.info(
             "template %s is not in %s yet: building it from Debian packages, once (the "

@@ -23,6 +23,7 @@ from tests.fleet.fleet import (
     start_fleet,
     stop_fleets,
 )
+from sandboxctl.sandboxd.runtimedir import OWNER_FILE, OWNER_LOCK, RUNTIME_ROOT_ENV
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
@@ -189,3 +190,59 @@ def test_keep_sandboxes_leaves_them_for_the_next_start(start) -> None:  # type: 
     assert "adopted 1 sandboxes" in again.output()
     assert again.stop() == 0, again.output()
     _no_sandbox_left(fleet.uid_base)
+
+
+def _files(directory: Path) -> dict[str, tuple[int, int, str]]:
+    """Each path under ``directory`` (but the agent's database dir, which its running
+    agent writes): its mode, its change time, and where it points if a symlink."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if relative.parts[0] == "sandboxd":
+            continue
+        info = path.lstat()
+        target = os.readlink(path) if path.is_symlink() else ""
+        found[str(relative)] = (info.st_mode, info.st_ctime_ns, target)
+    return found
+
+
+def _refused(command: list[str], **env: str) -> str:
+    """The one line of a start that must be refused (exit 2)."""
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=30, env={**os.environ, **env}
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    return line
+
+
+def test_a_refused_start_names_its_first_cause_and_changes_nothing(  # type: ignore[no-untyped-def]
+    start, state_dir: Path, runtime_root: Path, uid_base: int
+) -> None:
+    fleet = start()
+    # The runtime dir of a checkout since deleted: a start that succeeds collects it.
+    gone = runtime_root / "0123456789abcdef"
+    gone.mkdir(mode=0o711)
+    (gone / OWNER_FILE).write_text(f"{state_dir}/deleted-checkout/.sandboxctl\n")
+    (gone / OWNER_LOCK).touch()
+    files, runtime_dirs = _files(fleet.state_dir), sorted(runtime_root.iterdir())
+    ports = fleet.ports  # every one taken
+    other = state_dir / "other"
+
+    # The template first, though every port is taken.
+    line = _refused([*serve_command(other, ports, uid_base + 10), "--template", "nosuch"])
+    assert line.startswith("sandboxctl: error: --template nosuch: not in the template store")
+    # Then the state dir: its serve runs (and holds every port too).
+    in_use = f"sandboxctl: error: --state-dir {fleet.state_dir} is in use by another running agent"
+    assert _refused(serve_command(fleet.state_dir, ports, uid_base + 10)) == in_use
+    # Its agent's own lock tells too, when the runtime dir is elsewhere (another root).
+    elsewhere = state_dir / "another-runtime-root"
+    command = serve_command(fleet.state_dir, free_ports(), uid_base + 10)
+    assert _refused(command, **{RUNTIME_ROOT_ENV: str(elsewhere)}) == in_use
+
+    assert not other.exists()
+    assert not elsewhere.exists()
+    assert _files(fleet.state_dir) == files
+    assert sorted(runtime_root.iterdir()) == runtime_dirs  # the gone one included
+    assert fleet.process.poll() is None
+    assert fleet.stop() == 0, fleet.output()
