@@ -80,6 +80,7 @@ from sandboxctl.lifecycle import Group
 from sandboxctl.secretfiles import read_secret
 from sandboxctl.serving import Served, bind, tls_files
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
+from sandboxctl.serving.metrics import RequestTimes, metrics_app, timed
 
 
 def serve_apiserver(
@@ -94,6 +95,16 @@ def serve_apiserver(
     listen: Annotated[
         str, typer.Option("--listen", metavar="HOST:PORT", help="Address to serve the API on.")
     ] = "127.0.0.1:3002",
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            "--metrics-listen",
+            metavar="HOST:PORT",
+            help="Serve /metrics (request latency of the Sandbox API and the e2b API) on "
+            "this listener of its own, plain HTTP without a token: keep it on loopback or "
+            "a private network. Default: not served.",
+        ),
+    ] = "",
     kubeconfig_out: Annotated[
         Path | None,
         typer.Option(
@@ -203,6 +214,7 @@ def serve_apiserver(
         e2b_alias_file,
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
+    metrics_address = parse_listen("--metrics-listen", metrics_listen) if metrics_listen else None
     mesh = fleet_source(
         source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
     )
@@ -226,6 +238,8 @@ def serve_apiserver(
         sock = running.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
         e2b_sock = running.enter_context(bind(*e2b_address)) if e2b_address else None
+        metrics_sock = running.enter_context(bind(*metrics_address)) if metrics_address else None
+        times = RequestTimes() if metrics_sock is not None else None
         store = running.enter_context(mesh.store(rule))
         driver = warm_pool_settings(
             warm_pool_sync_interval, leader_election_namespace, leader_election_lease_duration,
@@ -257,12 +271,17 @@ def serve_apiserver(
         if delegated is not None and isinstance(mesh, KubeSource):
             app = delegated.wrap(app, mesh)
             log.info("aggregated mode: requestheader authentication, SubjectAccessReview")
-        listeners = [(app, sock)]
+        listeners = [(timed(app, times, "apiserver"), sock)]
         if e2b_config is not None and e2b_sock is not None:
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
             log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
-            listeners.append((create_e2b_app(store, e2b_config), e2b_sock))
-        manager.add(Served(listeners, tls=tls, bounds=bounds), Group.SERVERS)
+            listeners.append((create_e2b_app(store, e2b_config, times), e2b_sock))
+        apis = [listening for _, listening in listeners]  # HTTPS with TLS; /metrics plain
+        if times is not None and metrics_sock is not None:
+            log.info("serving /metrics on %s", server_url(*metrics_sock.getsockname()[:2]))
+            listeners.append((metrics_app(times), metrics_sock))
+        served = Served(listeners, tls=tls, tls_only=apis, bounds=bounds)
+        manager.add(served, Group.SERVERS)
         run_until_stopped(manager)
 
 

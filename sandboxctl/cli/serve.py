@@ -83,6 +83,16 @@ def serve(
             "--sandboxd-port", min=0, max=65535, help="Port of the host agent's HTTP API."
         ),
     ] = 7777,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Port of the /metrics of the e2b API and the Kubernetes-style API, on "
+            "127.0.0.1 only (0: a free one, shown at start).",
+        ),
+    ] = 0,
     pool: Annotated[
         list[str] | None,
         typer.Option(
@@ -157,6 +167,8 @@ def serve(
             bound.enter_context(bind(host, port))
             for port in (sandboxd_port, kube_port, e2b_port, proxy_port)
         ]
+        # Loopback whatever --host says: the fleet's figures are the operator's.
+        sockets.append(bound.enter_context(bind("127.0.0.1", metrics_port)))
         fleet = Fleet(
             state_dir=state_dir,
             host=host,

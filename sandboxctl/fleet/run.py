@@ -58,6 +58,7 @@ from sandboxctl.sandboxd.runtimedir import (
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
 from sandboxctl.serving import Served, Tls
 from sandboxctl.serving.bounds import ReadBounds
+from sandboxctl.serving.metrics import RequestTimes, metrics_app, timed
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
@@ -74,6 +75,7 @@ class Ports:
     kube: int
     e2b: int
     proxy: int
+    metrics: int = 0  # the e2b API's and the Sandbox API's /metrics, on 127.0.0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,10 @@ def _served(
 ) -> Served:
     """Every API of the fleet, on its socket: the agent's, the Sandbox API (HTTPS), the
     e2b API and the envd proxy over the same store (the SDK's envd calls)."""
-    agent_sock, kube_sock, e2b_sock, proxy_sock = sockets
+    agent_sock, kube_sock, e2b_sock, proxy_sock, *metrics_sock = sockets
+    # The agent and the proxy serve their /metrics themselves; the two APIs' go to a
+    # listener of their own, where a tenant's e2b key reads nothing of the fleet's.
+    times = RequestTimes()
     config = E2bConfig(
         domain=fleet.domain,
         envd_secret=found.envd_secret,
@@ -226,10 +231,11 @@ def _served(
     kube_app = create_kube_app(store, found.kube_tokens, stopping=manager.stopping.is_set)
     listeners: list[tuple[Any, socket.socket]] = [
         (create_agent_app(agent, found.root_token), agent_sock),
-        (kube_app, kube_sock),
-        (create_e2b_app(store, config), e2b_sock),
+        (timed(kube_app, times, "apiserver"), kube_sock),
+        (create_e2b_app(store, config, times), e2b_sock),
         (create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock),
     ]
+    listeners += [(metrics_app(times), sock) for sock in metrics_sock]
     return Served(listeners, tls=kube_tls, tls_only=[kube_sock], bounds=fleet.bounds)
 
 
@@ -257,6 +263,8 @@ def usage(fleet: Fleet, template: str) -> str:
         f"  Kubernetes API  {fleet.kube_url}",
         f"  sandboxd        {fleet.url(fleet.ports.sandboxd)}  (token in {directory}/{TOKEN_FILE})",
         f"  envd proxy      {fleet.url(fleet.ports.proxy)}  (sandbox commands and files)",
+        f"  metrics         {server_url('127.0.0.1', fleet.ports.metrics)}/metrics  "
+        "(the e2b API's and the Sandbox API's; sandboxd and the proxy serve their own)",
         f"  runtime dir     {fleet.runtime.path}  (sandbox homes; {directory}/{LINK})",
         f"  template        {template}",
         "",

@@ -117,6 +117,11 @@ class Timed:
             )
 
 
+def timed(app: ASGIApp, times: RequestTimes | None, service: str) -> ASGIApp:
+    """``app`` with its requests timed into ``times`` as ``service``; as it is without."""
+    return app if times is None else Timed(app, times.of(service))
+
+
 def metrics_app(times: RequestTimes) -> ASGIApp:
     """An app of its own for a metrics listener: ``GET /metrics`` is the registry of
     ``times``, ``GET /healthz`` answers 204, anything else 404 with a JSON body."""
