@@ -28,8 +28,10 @@ from sandboxctl.relay import (
     Response,
     forward,
     guest_port_failure,
+    leave_unfinished,
     open_websocket,
     passed_headers,
+    quiet_cut_streams,
     raw_target,
     relay_websocket,
     request_head,
@@ -114,6 +116,7 @@ class ProxyApp:
         self.budget = TokenBucket(probe_rate, probe_burst)
         self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
         self._guests = DirectGuests()
+        quiet_cut_streams()
         self._timed = Timed(self._http, self.metrics.times, _route_label)
         # One HMAC per claim token, not per request: the same bound as the owners kept.
         self._access_token = functools.lru_cache(maxsize=CAPACITY)(
@@ -400,6 +403,7 @@ class ProxyApp:
             # The response stays unfinished: the server then drops the connection,
             # so the caller sees a cut stream, never a complete-looking short one.
             log.info("%s for %s (%s) broke off: %s", relay, target.sandbox_id, via, error)
+            leave_unfinished()
             return
         self.metrics.count("upstream_error")
         log.info("%s for %s (%s) failed: %s", relay, target.sandbox_id, via, error)

@@ -24,7 +24,13 @@ from sandboxctl.relay.connection import (
     open_stream,
     os_error_text,
 )
-from sandboxctl.relay.forward import CallerGone, forward, guest_port_failure
+from sandboxctl.relay.forward import (
+    CallerGone,
+    forward,
+    guest_port_failure,
+    leave_unfinished,
+    quiet_cut_streams,
+)
 from sandboxctl.relay.pool import IDLE_SECONDS, MAX_IDLE_PER_AGENT, Upstream, authority
 from sandboxctl.relay.request import passed_headers, raw_target, request_head
 from sandboxctl.relay.response import Response
@@ -43,10 +49,12 @@ __all__ = [
     "authority",
     "forward",
     "guest_port_failure",
+    "leave_unfinished",
     "open_stream",
     "open_websocket",
     "os_error_text",
     "passed_headers",
+    "quiet_cut_streams",
     "raw_target",
     "relay_websocket",
     "request_head",

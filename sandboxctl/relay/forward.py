@@ -7,7 +7,9 @@ would make uvicorn expect a body it will not get or refuse the head halfway.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from contextvars import ContextVar
 from typing import Any, Final
 
 from sandboxctl.core.ids import public_id
@@ -19,6 +21,13 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 # uvicorn adds its own Date and Server to every response: relayed ones would come twice.
 ADDED_BY_THE_SERVER: Final = frozenset({b"date", b"server"})
+
+
+# What uvicorn logs, as an error, when an app returns with its response unfinished.
+UNFINISHED: Final = "ASGI callable returned without completing response."
+# Set in the task that serves one request (uvicorn runs each in a task of its own, whose
+# context the app's coroutines share), so it is never seen by another request.
+_LEFT_UNFINISHED: ContextVar[bool] = ContextVar("relay_left_unfinished", default=False)
 
 
 class CallerGone(Exception):
@@ -53,8 +62,8 @@ def forwarded_headers(response: Response) -> list[tuple[bytes, bytes]]:
 async def forward(response: Response, send: Send) -> None:
     """Send ``response`` on as an ASGI response, its body as it arrives. A body cut short
     raises :class:`UpstreamError` with the response unfinished: the caller must leave it
-    so, and uvicorn then drops the connection, so its client sees a cut stream, never a
-    complete-looking short one."""
+    so (and say so: :func:`leave_unfinished`), and uvicorn then drops the connection, so
+    its client sees a cut stream, never a complete-looking short one."""
     await send(
         {
             "type": "http.response.start",
@@ -76,3 +85,23 @@ def guest_port_failure(sandbox_id: str, port: int, error: UpstreamError | OSErro
     if isinstance(error, Unreachable):
         return f"nothing answers on port {port} of sandbox {public_id(sandbox_id)}: {error}"
     return f"port {port} did not answer with one valid HTTP/1.1 response: {error}"
+
+
+def leave_unfinished() -> None:
+    """This request's response is left unfinished on purpose (the server cut its body,
+    and the relay has logged which relay broke off and why): uvicorn still drops the
+    connection, but does not log it as an app that forgot to finish."""
+    _LEFT_UNFINISHED.set(True)
+
+
+class _CutOnPurpose(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_LEFT_UNFINISHED.get() and record.msg == UNFINISHED)
+
+
+def quiet_cut_streams() -> None:
+    """Keep uvicorn's error line about an unfinished response for real app errors: a
+    response :func:`leave_unfinished` marked has its own line. Idempotent."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(known, _CutOnPurpose) for known in logger.filters):
+        logger.addFilter(_CutOnPurpose())

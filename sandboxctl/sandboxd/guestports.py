@@ -42,9 +42,11 @@ from sandboxctl.relay import (
     WatchedReader,
     forward,
     guest_port_failure,
+    leave_unfinished,
     open_stream,
     open_websocket,
     passed_headers,
+    quiet_cut_streams,
     raw_target,
     relay_websocket,
     request_head,
@@ -106,6 +108,7 @@ class GuestPorts:
         self.agent = agent
         self.may_act_on = may_act_on
         self._pool = Upstream(CONNECT_TIMEOUT, opener=_open_inside)
+        quiet_cut_streams()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = PATH.match(scope["path"])
@@ -200,6 +203,7 @@ class GuestPorts:
             shown = public_id(sandbox_id)  # as the SDK and the proxy's lines spell it
             if started:  # the response stays unfinished: the caller sees a cut stream
                 log.info("guest port %d relay for %s broke off: %s", port, shown, error)
+                leave_unfinished()
                 return
             log.info("guest port %d relay for %s failed: %s", port, shown, error)
             await _reply(send, 502, guest_port_failure(sandbox_id, port, error))
