@@ -13,6 +13,7 @@ How a sandbox starts (``launch_command``), as root, for uid ``UID``::
             --size TMP_BYTES --tmpfs /tmp \\
             --tmpfs /home --perms 0700 --size HOME_BYTES --tmpfs /home/user --remount-ro /home \\
             --ro-bind HOME.passwd /etc/passwd --ro-bind HOME.group /etc/group \\
+            [--ro-bind HOME.hosts /etc/hosts] [--ro-bind RESOLV_CONF /etc/resolv.conf] \\
             --chdir /home/user --setenv HOME /home/user --new-session --info-fd I -- \\
             /bin/sh -c 'printf R; exec sleep infinity >/dev/null'
 
@@ -160,8 +161,34 @@ def passwd_paths(spec: SandboxSpec) -> tuple[Path, Path]:
     )
 
 
+def hosts_path(spec: SandboxSpec) -> Path:
+    """The sandbox's /etc/hosts on the host, next to its home."""
+    return spec.home.parent / f"{spec.home.name}.hosts"
+
+
+def hosts_text(spec: SandboxSpec) -> str:
+    """The sandbox's own /etc/hosts: localhost, and its hostname at its own address
+    (``127.0.1.1`` without one). A lookup of its own name (``socket.getfqdn()``, which
+    ``python3 -m http.server`` makes before it listens) is answered from the file, with
+    no DNS query: a sandbox without internet has no resolver to ask. Its address, not a
+    loopback one, so that a server bound to its hostname is reached from outside."""
+    own = spec.address or "127.0.1.1"
+    return (
+        f"127.0.0.1\tlocalhost\n{own}\t{spec.hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    )
+
+
+def _hosts_bind(spec: SandboxSpec) -> list[str]:
+    """Bound over the root's /etc/hosts: a read-only root without one (nothing to bind
+    onto) keeps its own."""
+    target = spec.root / "etc" / "hosts"
+    if target.is_symlink() or not target.is_file():
+        return []
+    return ["--ro-bind", str(hosts_path(spec)), "/etc/hosts"]
+
+
 def prepare_home(spec: SandboxSpec) -> None:
-    """Write the sandbox's passwd and group files next to where its host home would be
+    """Write the sandbox's passwd, group and hosts files next to where its host home would be
     (the home itself is a tmpfs inside the sandbox, see ``_home_mounts``).
 
     The directory must already exist and be traversable by the uid (e.g. 0711).
@@ -175,6 +202,7 @@ def prepare_home(spec: SandboxSpec) -> None:
         spec.uid,
     )
     _write_private(group, f"{SANDBOX_USER}:x:{spec.uid}:\nnogroup:x:65534:\n", spec.uid)
+    _write_private(hosts_path(spec), hosts_text(spec), spec.uid)
 
 
 def make_home(spec: SandboxSpec) -> None:
@@ -198,7 +226,7 @@ def _check_home(spec: SandboxSpec) -> None:
 
 
 def remove_home(spec: SandboxSpec) -> None:
-    for path in passwd_paths(spec):
+    for path in (*passwd_paths(spec), hosts_path(spec)):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     if spec.home.is_symlink():
@@ -490,6 +518,7 @@ class BubblewrapRuntime:
             "--ro-bind",
             str(group),
             "/etc/group",
+            *_hosts_bind(spec),
             *_resolv_conf_bind(spec),
             "--chdir",
             SANDBOX_HOME,

@@ -59,6 +59,7 @@ class Launcher:
             home=self._homes.path(record.id),
             limits=SIZE_LIMITS[Size(record.size)],
             hostname=record.id.replace("_", "-"),
+            address=record.address,
             env=record.env,
             resolv_conf=self._attachments.resolv_conf,
         )

@@ -74,6 +74,9 @@ class SandboxSpec:
     home: Path  # host directory bound at /home/user, owned by ``uid``
     limits: Limits
     hostname: str = "sandbox"
+    # The sandbox's IPv4 address on its veth ("" without the agent's network): what its
+    # /etc/hosts gives its hostname.
+    address: str = ""
     # Every sandbox has a network namespace of its own (only ``lo`` until the agent's
     # network gives it a veth); this file, when set, is bound over its /etc/resolv.conf.
     resolv_conf: Path | None = None

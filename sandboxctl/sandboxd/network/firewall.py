@@ -5,18 +5,26 @@
 * ``forward`` (filter): from one of this agent's veths -> ``from_sandbox``; to one ->
   ``to_sandbox`` (replies only).
 * ``from_sandbox``: IPv6 dropped; a source address that is not the veth's own dropped;
-  a new connection beyond the sandbox's ``connections`` tracked ones dropped (the host's
-  conntrack table is every sandbox's: one must not fill it for the others);
-  anything routed out of another sandbox veth (any agent's) dropped; the sandbox subnet
-  and ``ALWAYS_BLOCKED`` (loopback, link-local and metadata, multicast) dropped; then the
-  sandbox's own chain ``sb_ID`` through the ``egress`` verdict map; whatever is left is
-  dropped. ``sb_ID`` holds the sandbox's policy: first the gateway (accepted with
-  internet, else dropped: only DNS ever reaches it there), then its allow rules, its deny
-  rules, and ``accept`` with internet. A claim replaces just these rules (``nftbatch``).
+  then, refused (``refuse``): a new connection beyond the sandbox's ``connections``
+  tracked ones (the host's conntrack table is every sandbox's: one must not fill it for
+  the others); anything routed out of another sandbox veth (any agent's); the sandbox
+  subnet and ``ALWAYS_BLOCKED`` (loopback, link-local and metadata, multicast); then the
+  sandbox's own chain ``sb_ID`` through the ``egress`` verdict map; whatever it returns
+  is refused. ``sb_ID`` holds the sandbox's policy: first the gateway (accepted with
+  internet, else returned: only DNS ever reaches it there), then its allow rules, its
+  deny rules (``return``), and ``accept`` with internet. A claim replaces just these
+  rules (``nftbatch``).
 * ``input`` (filter): from this agent's veths -> ``to_host``: the answers of connections
   the host opened to the sandbox's own address (guest ports reached straight from the
-  proxy), DNS to the gateway through ``sb_ID`` (within the same count of connections),
-  nothing else (every address of the host, on every port).
+  proxy); IPv6 and a spoofed source dropped; then DNS to the gateway through ``sb_ID``
+  (within the same count of connections), everything else refused (every address of
+  the host, on every port).
+* ``refuse``: a TCP reset for TCP, an ICMP port unreachable for the rest, so a sandbox
+  learns at once that it may not (a DNS lookup fails now, not after the resolver's
+  timeouts). Only ever reached after the source is checked to be the sandbox's own
+  address: the host never answers a spoofed source, so a refusal cannot be aimed at
+  anyone but the sandbox that sent the packet. It opens nothing: the refused packet is
+  still dropped, and its connection never confirmed.
 * ``postrouting`` (nat): the subnet's traffic leaving by any interface but a sandbox veth
   is masqueraded: NAT out of the host's own route.
 
@@ -45,6 +53,9 @@ TABLE_PREFIX = "sandboxctl_"
 # open a connection a sandbox's answers come back on.
 GUEST_MARK = 0x53420001
 Command = dict[str, Any]
+# The chain that answers a refused packet (a TCP reset, an ICMP port unreachable).
+REFUSE = "refuse"
+_REFUSED: dict[str, Any] = {"jump": {"target": REFUSE}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,7 @@ class Firewall:
         connections: int = CONNECTIONS_PER_SANDBOX,
     ) -> None:
         """``connections``: how many connections (tracked by the host's conntrack) each
-        sandbox may have at once; a new one beyond them is dropped."""
+        sandbox may have at once; a new one beyond them is refused."""
         self.nft = nft
         self.table = table_name(key)
         self.subnet = subnet
@@ -85,7 +96,7 @@ class Firewall:
 
     def rebuild(self, members: Iterable[Member]) -> None:
         """Replace the whole table with one holding exactly ``members`` (atomically), then
-        give each its policy: until then a sandbox's egress is dropped, never open."""
+        give each its policy: until then a sandbox's egress is refused, never open."""
         members = list(members)
         commands: list[Command] = [{"add": {"table": self._table()}}]
         commands.append({"delete": {"table": self._table()}})
@@ -124,7 +135,7 @@ class Firewall:
     # --- one sandbox ------------------------------------------------------------------
 
     def join(self, member: Member) -> None:
-        """Filter a new sandbox: every egress dropped until a claim applies its policy."""
+        """Filter a new sandbox: every egress refused until a claim applies its policy."""
         self.nft.run(self._join(member))
         self.apply(member)
 
@@ -136,11 +147,13 @@ class Firewall:
     def rules(self, policy: NetworkPolicy) -> list[Rule]:
         """The rules of a sandbox's chain for ``policy``, in order. The gateway comes
         first: only DNS reaches this chain for it (from ``to_host``), and a sandbox gets
-        DNS with internet only, whatever its allow and deny rules say."""
-        gateway = "accept" if policy.internet else "drop"
+        DNS with internet only, whatever its allow and deny rules say. What the chain
+        does not accept returns to its caller, which refuses it."""
+        gateway = "accept" if policy.internet else "return"
         rules = [Rule(gateway, f"{self.subnet.gateway}/32")]
         rules += [Rule("accept", cidr) for cidr in policy.allow_out]
-        rules += [Rule("drop", cidr) for cidr in policy.denied]
+        # Denied: back to the caller, whose next rule refuses (``refuse``).
+        rules += [Rule("return", cidr) for cidr in policy.denied]
         if policy.internet:
             rules.append(Rule("accept"))
         return rules
@@ -202,7 +215,7 @@ class Firewall:
                 }
             },
         ]
-        for name in ("from_sandbox", "to_sandbox", "to_host"):
+        for name in ("from_sandbox", "to_sandbox", "to_host", REFUSE):
             commands.append({"add": {"chain": self._chain(name)}})
         commands += [
             {"add": {"chain": self._base("forward", "filter", "forward", 0)}},
@@ -229,18 +242,19 @@ class Firewall:
                     {"drop": None},
                 ],
             ),
+            # From here on the source is the sandbox's own: a refusal answers only it.
             self._rule("from_sandbox", self._over_connections()),
             self._rule(
-                "from_sandbox", [_match({"meta": {"key": "oifname"}}, PREFIX + "*"), {"drop": None}]
+                "from_sandbox", [_match({"meta": {"key": "oifname"}}, PREFIX + "*"), _REFUSED]
             ),
             *(
-                self._rule("from_sandbox", [_daddr(cidr), {"drop": None}])
+                self._rule("from_sandbox", [_daddr(cidr), _REFUSED])
                 for cidr in (str(self.subnet), *ALWAYS_BLOCKED)
             ),
             self._rule(
                 "from_sandbox", [{"vmap": {"key": {"meta": {"key": "iifname"}}, "data": "@egress"}}]
             ),
-            self._rule("from_sandbox", [{"drop": None}]),
+            self._rule("from_sandbox", [_REFUSED]),
             self._rule(
                 "to_sandbox",
                 [
@@ -268,7 +282,7 @@ class Firewall:
             ),
             # Answers on connections the host opened with the guest mark (the proxy to a
             # guest port), from the sandbox's own address: never a connection the sandbox
-            # opens (its first packet is dropped below, so conntrack never confirms it),
+            # opens (its first packet is refused below, so conntrack never confirms it),
             # nor one an unprivileged host process opens (it cannot set the mark).
             self._rule(
                 "to_host",
@@ -280,7 +294,23 @@ class Firewall:
                 ],
             ),
         ]
-        commands.append(self._rule("to_host", self._over_connections()))
+        # Before anything is refused: the host answers no IPv6 and no spoofed source
+        # (a refusal sent there would be a packet the sandbox aims at someone else).
+        commands += [
+            self._rule("to_host", [_match({"meta": {"key": "nfproto"}}, "ipv6"), {"drop": None}]),
+            self._rule(
+                "to_host",
+                [
+                    _match(
+                        {"concat": [{"meta": {"key": "iifname"}}, _field("saddr")]},
+                        "@members",
+                        "!=",
+                    ),
+                    {"drop": None},
+                ],
+            ),
+            self._rule("to_host", self._over_connections()),
+        ]
         for protocol in ("udp", "tcp"):
             commands.append(
                 self._rule(
@@ -293,7 +323,15 @@ class Firewall:
                 )
             )
         commands += [
-            self._rule("to_host", [{"drop": None}]),
+            self._rule("to_host", [_REFUSED]),
+            self._rule(
+                REFUSE,
+                [
+                    _match({"meta": {"key": "l4proto"}}, "tcp"),
+                    {"reject": {"type": "tcp reset"}},
+                ],
+            ),
+            self._rule(REFUSE, [{"reject": {"type": "icmpx", "expr": "port-unreachable"}}]),
             self._rule(
                 "postrouting",
                 [
@@ -306,12 +344,12 @@ class Firewall:
         return commands
 
     def _over_connections(self) -> list[Any]:
-        """A new connection of a sandbox that already has ``connections``: dropped."""
+        """A new connection of a sandbox that already has ``connections``: refused."""
         count = {"ct count": {"val": self.connections, "inv": True}}
         return [
             _match({"ct": {"key": "state"}}, "new", "in"),
             {"set": {"op": "add", "elem": _field("saddr"), "set": "@connections", "stmt": [count]}},
-            {"drop": None},
+            _REFUSED,
         ]
 
     def _table(self) -> dict[str, Any]:

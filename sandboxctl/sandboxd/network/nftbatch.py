@@ -5,7 +5,7 @@ and for a rule that is one dump of objects per table on the host. Measured on th
 development machine, appending one rule took 0.24 ms beside no other table and 19 ms
 beside 50 (other agents' and tests'), so a claim's cost grew with whatever else ran on
 the host. A claim only replaces the rules of its sandbox's chain, all of one shape
-(``ip daddr PREFIX accept|drop``, a bare ``accept``), so this module encodes exactly that:
+(``ip daddr PREFIX accept|return``, a bare ``accept``), so this module encodes exactly that:
 one batch (flush the chain, append the rules; all or nothing) and the kernel's acks. The
 rules are the bytecode nft itself emits for them, so ``nft list`` shows them as written.
 Everything else (the table's skeleton, a sandbox joining and leaving) goes through
@@ -43,7 +43,7 @@ REG_VERDICT, REG_1 = 0, 1
 META_NFPROTO: Final = 15
 PAYLOAD_NETWORK_HEADER: Final = 1
 IPV4_DADDR_OFFSET: Final = 16
-VERDICTS: Final = {"accept": 1, "drop": 0}
+VERDICTS: Final = {"accept": 1, "drop": 0, "return": -5}  # NF_ACCEPT, NF_DROP, NFT_RETURN
 TIMEOUT: Final = 5.0
 DRAIN_TIMEOUT: Final = 0.2
 
@@ -52,7 +52,7 @@ DRAIN_TIMEOUT: Final = 0.2
 class Rule:
     """``ip daddr PREFIX VERDICT``, or ``VERDICT`` alone when ``prefix`` is None."""
 
-    verdict: str  # accept | drop
+    verdict: str  # accept | drop | return
     prefix: str | None = None
 
 

@@ -22,7 +22,7 @@ from sandboxctl.envd.host import Command
 from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import BadRequest
-from sandboxctl.sandboxd.network.firewall import GUEST_MARK
+from sandboxctl.sandboxd.network.firewall import GUEST_MARK, table_name
 from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl_testing.nethost import NetHost, net_host
@@ -185,6 +185,84 @@ def test_dns_is_forwarded_for_sandboxes_with_internet_only(
     assert inside(agent, offline, "python3", "-c", lookup).startswith("failed")
 
 
+# Run with RES_OPTIONS "timeout:1 attempts:1": a lookup that waits for a DNS answer
+# which never comes gives up after 1 s (glibc's own default is 5 s, twice).
+OWN_NAME_AND_DNS = """
+import socket, sys
+name = socket.gethostname()
+try:
+    print("resolved", socket.gethostbyname(name), socket.getfqdn())
+except OSError as error:
+    print("unresolved", type(error).__name__)
+# A query for where.test, type A: to the gateway, over UDP then TCP.
+query = bytes.fromhex("123401000001000000000000057768657265047465737400" "00010001")
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.settimeout(2)
+udp.connect((sys.argv[1], 53))
+udp.send(query)
+try:
+    udp.recv(512)
+    print("udp answered")
+except OSError as error:
+    print("udp", type(error).__name__)
+try:
+    socket.create_connection((sys.argv[1], 53), 2)
+    print("tcp open")
+except OSError as error:
+    print("tcp", type(error).__name__)
+"""
+
+
+def test_a_sandbox_resolves_its_own_name_and_dns_it_may_not_use_is_refused_at_once(
+    network_agent: Callable[..., Agent], testhost: NetHost
+) -> None:
+    """Its hostname is in its /etc/hosts at its own address, so resolving it asks no
+    DNS server (``python3 -m http.server`` does before it listens); and a sandbox
+    without internet, whose DNS the filter does not let through, is told so at once (a
+    refusal, not a query that waits for its timeout)."""
+    resolver = testhost.addresses[1]
+    testhost.serve_dns(resolver, "198.51.100.77")
+    agent = network_agent(dns=(resolver, 53))
+    start_agent(agent)
+    offline = agent.claim(ClaimRequest("base", network=policy(False)))
+    online = agent.claim(ClaimRequest("base", network=policy(True)))
+    gateway = agent.network.subnet.gateway  # type: ignore[union-attr]
+    probe = ("env", "RES_OPTIONS=timeout:1 attempts:1", "python3", "-c", OWN_NAME_AND_DNS)
+    name = offline.id.replace("_", "-")
+    assert inside(agent, offline, *probe, gateway).splitlines() == [
+        f"resolved {offline.address} {name}",
+        "udp ConnectionRefusedError",
+        "tcp ConnectionRefusedError",
+    ]
+    assert inside(agent, online, *probe, gateway).splitlines() == [
+        f"resolved {online.address} {online.id.replace('_', '-')}",
+        "udp answered",  # its DNS goes through
+        "tcp open",
+    ]
+    # Any other refused egress is refused alike: a reset, not a connect that times out.
+    assert reach(agent, offline, testhost.addresses[0]) == "blocked ConnectionRefusedError"
+
+
+def test_nothing_is_refused_before_its_source_is_checked(
+    network_agent: Callable[..., Agent],
+) -> None:
+    """A refusal is a packet the host sends to the refused packet's source: a spoofed
+    source must be dropped first, or a sandbox could aim resets and ICMP at anyone."""
+    agent = network_agent()
+    start_agent(agent)
+    table = table_name(agent.network.key)  # type: ignore[union-attr]
+    for chain in ("from_sandbox", "to_host"):
+        listed = subprocess.run(
+            ["nft", "list", "chain", "inet", table, chain], capture_output=True, text=True
+        )
+        rules = [line.strip() for line in listed.stdout.splitlines()]
+        spoofed = next(i for i, rule in enumerate(rules) if "!= @members drop" in rule)
+        ipv6 = next(i for i, rule in enumerate(rules) if rule == "meta nfproto ipv6 drop")
+        refusals = [i for i, rule in enumerate(rules) if "jump refuse" in rule]
+        assert refusals, chain
+        assert min(refusals) > max(spoofed, ipv6), chain
+
+
 def settle(agent: Agent) -> None:
     """Wait until the running agent's warm pools are full and no refill is under way (a
     refill mid-start has its chain before its veth)."""
@@ -266,7 +344,7 @@ def test_a_sandbox_has_at_most_its_share_of_the_hosts_connection_tracking(
     )
     try:
         assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "8"  # the ninth was dropped
+        assert holder.stdout.readline().strip() == "8"  # the ninth was refused
         assert reach(agent, greedy, target).startswith("blocked")
         assert reach(agent, other, target) == f"open {testhost.gateway}"
         with socket.create_connection((target, PORT), 5):

@@ -18,6 +18,7 @@ RULES = [
     Rule("accept", "198.51.100.0/24"),
     Rule("drop", "203.0.113.8/29"),
     Rule("drop", "10.0.0.0/8"),
+    Rule("return", "192.0.2.0/24"),
     Rule("accept", "0.0.0.0/0"),
     Rule("drop"),
 ]

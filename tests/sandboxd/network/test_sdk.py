@@ -167,6 +167,33 @@ def test_get_host_reaches_a_server_in_the_sandbox(sdk: dict[str, Any], bind: str
         sandbox.kill()
 
 
+def test_python_http_server_in_a_fresh_sandbox_answers_through_get_host(
+    sdk: dict[str, Any],
+) -> None:
+    """``python3 -m http.server`` resolves the sandbox's own name before it listens
+    (``socket.getfqdn()``). With no DNS to ask (no internet), that must not wait for a
+    resolver: the name is in the sandbox's /etc/hosts, and a query the filter stops is
+    refused, not left to time out. RES_OPTIONS makes such a wait 30 s (glibc's longest),
+    beyond this test's deadline, where glibc's default would have been 10 s."""
+    sandbox = create_sandbox(sdk)  # no internet
+    try:
+        sandbox.commands.run(
+            "python3 -m http.server 8080",
+            background=True,
+            cwd="/home/user",
+            envs={"RES_OPTIONS": "timeout:30 attempts:1"},
+        )
+        host = sandbox.get_host(8080)
+        with httpx.Client(base_url=sdk["sandbox_url"], headers={"Host": host}) as client:
+            deadline = time.monotonic() + 20
+            while client.get("/").status_code != 200:
+                assert time.monotonic() < deadline, "python3 -m http.server never answered"
+                time.sleep(0.05)
+            assert "Directory listing for /" in client.get("/").text
+    finally:
+        sandbox.kill()
+
+
 def test_private_traffic_needs_the_traffic_access_token(sdk: dict[str, Any]) -> None:
     sandbox = create_sandbox(sdk, network={"allow_public_traffic": False})
     try:
