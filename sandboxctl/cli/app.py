@@ -27,6 +27,7 @@ EXIT_INTERRUPTED = 130
 # FastAPI and Kubernetes client cost a `publish` or an agent over a second at start).
 VERBS: dict[str, tuple[str, str]] = {
     "inventory": ("inventory", "inventory"),
+    "status": ("status", "status"),
     "simulate": ("simulate", "simulate"),
     "serve-sandboxd": ("sandboxd", "serve_sandboxd"),
     "serve-apiserver": ("apiserver", "serve_apiserver"),

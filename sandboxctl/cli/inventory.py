@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from sandboxctl.cli.options import (
     freshness_rule,
     parse_time_flag,
 )
+from sandboxctl.cli.sources import SandboxdTokenFile, Seeds
 from sandboxctl.clock import SystemClock
 from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError, InventoryFormatError
@@ -33,12 +35,13 @@ from sandboxctl.core.freshness import (
     ReferenceMode,
     ReferenceOrigin,
 )
-from sandboxctl.core.model import NodeInventory, inventory_from_object
+from sandboxctl.core.model import NodeInventory
 from sandboxctl.core.names import REPORTS_API_VERSION
 from sandboxctl.core.report import NodeRow, count_states, node_rows
 from sandboxctl.core.snapshot import FleetSnapshot, FleetView
 from sandboxctl.core.timestamps import format_rfc3339
 from sandboxctl.inventory.file import load_path, load_text
+from sandboxctl.secretfiles import read_secret
 
 EXIT_STALE = 3
 REPORT_KIND = "InventoryReport"
@@ -78,10 +81,13 @@ def inventory(
         str,
         typer.Option(
             "--source",
-            metavar="file|kube",
-            help="file: read --from. kube: list the NodeInventory objects (--kubeconfig).",
+            metavar="file|mesh|kube",
+            help="file: read --from. mesh: ask the sandboxd agents (--sandboxd-seeds), as "
+            "serve-apiserver does. kube: list the NodeInventory objects (--kubeconfig).",
         ),
     ] = "file",
+    seeds: Seeds = "",
+    token_file: SandboxdTokenFile = None,
     kubeconfig: Kubeconfig = None,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     reference: Reference = ReferenceMode.PUBLISH,
@@ -108,7 +114,7 @@ def inventory(
 ) -> None:
     """Show which nodes are fresh or stale, and why."""
     rule = freshness_rule(stale_after, reference, publish_interval)
-    inventories = _read(source, path, kubeconfig)
+    inventories = _read(source, path, Agents(seeds, token_file), kubeconfig)
     clock = SystemClock()
     at = now or clock.now()
     # A one-shot reader sees the newest stamp for the first time now, so an extrapolating
@@ -134,30 +140,60 @@ def inventory(
         raise typer.Exit(EXIT_STALE)
 
 
-def _read(source: str, path: str | None, kubeconfig: Path | None) -> list[NodeInventory]:
-    if source == "kube":
-        from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, api_client
+@dataclass(frozen=True, slots=True)
+class Agents:
+    """The mesh flags: the seeds and the fleet token's file."""
 
-        if path is not None:
-            raise ConfigurationError("--from is for --source file; kube lists NodeInventory")
-        api = api_client(kubeconfig)
-        try:
-            listed = CustomObjects(api, NODE_INVENTORIES).list()
-        finally:
-            api.close()  # type: ignore[no-untyped-call]
-        inventories = []
-        for obj in listed.items:
-            name = (obj.get("metadata") or {}).get("name", "?")
-            try:
-                inventories.append(inventory_from_object(obj))
-            except InventoryFormatError as error:
-                raise error.located(f"NodeInventory {name}") from None
-        return inventories
-    if source != "file":
-        raise InvalidValueError(f"--source {source!r}: expected file or kube")
+    seeds: str
+    token_file: Path | None
+
+
+def _read(
+    source: str, path: str | None, agents: Agents, kubeconfig: Path | None
+) -> list[NodeInventory]:
+    if source not in ("file", "mesh", "kube"):
+        raise InvalidValueError(f"--source {source!r}: expected file, mesh or kube")
+    if path is not None and source != "file":
+        raise ConfigurationError(f"--from is for --source file, not {source}")
+    if agents.seeds.strip() and source != "mesh":
+        raise ConfigurationError(f"--sandboxd-seeds is for --source mesh, not {source}")
+    if kubeconfig is not None and source != "kube":
+        raise ConfigurationError(f"--kubeconfig is for --source kube, not {source}")
+    if source == "kube":
+        from sandboxctl.inventory.live import list_node_inventories
+
+        return list_node_inventories(kubeconfig)[0]
+    if source == "mesh":
+        return _read_agents(agents)
     if path is None:
-        raise ConfigurationError("--from PATH is required (or --source kube)")
-    return load_text(sys.stdin.read()) if path == "-" else load_path(Path(path))
+        raise ConfigurationError("--from PATH is required (or --source mesh|kube)")
+    if path != "-":
+        return load_path(Path(path))
+    text = sys.stdin.read()
+    if not text.strip():
+        # What a failed `kubectl ... |` leaves: an empty read must not pass as a fleet.
+        raise InventoryFormatError(
+            "", "nothing was read (did the command before the pipe fail?)", "--from -"
+        )
+    return load_text(text)
+
+
+def _read_agents(agents: Agents) -> list[NodeInventory]:
+    """One read of every seed: a seed that does not answer is named on stderr, and none
+    answering (or one refusing the token) is one line and exit 2."""
+    from sandboxctl.inventory.live import check_answers, parse_seeds, read_agents
+
+    seeds = parse_seeds(agents.seeds)
+    if not seeds:
+        raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
+    token = read_secret("--sandboxd-token-file", agents.token_file) if agents.token_file else None
+    read = read_agents(seeds, token)
+    check_answers(read.results)
+    for failed in read.failed:
+        typer.echo(
+            f"sandboxctl: sandboxd {failed.address} did not answer: {failed.reason}", err=True
+        )
+    return list(read.inventories)
 
 
 def inventory_report(view: FleetView, rows: list[NodeRow]) -> dict[str, Any]:

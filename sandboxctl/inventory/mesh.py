@@ -23,63 +23,39 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
-from typing import Protocol
 
 from sandboxctl.agentapi.client import AgentClient
-from sandboxctl.agentapi.errors import AgentAnswerError, AgentError, AgentUnreachable
-from sandboxctl.agentapi.mapping import ADVERTISE_FIELD, inventory_from_agent
-from sandboxctl.agentapi.models import AgentInfo, SandboxRow
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.durations import format_duration
-from sandboxctl.core.errors import ConfigurationError, SandboxctlError
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.snapshot import FleetSnapshot
+from sandboxctl.inventory.live import (
+    AgentReads,
+    MeshStartError,
+    PollResult,
+    check_answers,
+    describe,
+    read_agent,
+)
 from sandboxctl.inventory.source import Listener, Subscribers
 from sandboxctl.lifecycle import Loop, Stop
+
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "START_SECONDS",
+    "AgentReads",
+    "MeshInventorySource",
+    "MeshStartError",
+    "PollResult",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = timedelta(seconds=2)
 START_SECONDS = 3.0  # how long start() waits for a slow seed's first answer
 START_RETRY_SECONDS = 0.05
-
-
-class MeshStartError(SandboxctlError):
-    """Mesh mode cannot start: no seed answered, one refused the token, or one is
-    misconfigured. The message is one line, naming the seed."""
-
-
-class AgentReads(Protocol):
-    """The reads mesh mode needs from one agent."""
-
-    def info(self) -> AgentInfo: ...
-
-    def sandboxes(self) -> Sequence[SandboxRow]: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class PollResult:
-    """What one agent did in one tick: ``node`` when it answered, else ``reason``."""
-
-    address: str
-    node: str = ""
-    reason: str = ""
-    status: int | None = None  # the HTTP status of a refusal
-    error: Exception | None = field(default=None, compare=False, repr=False)
-    slow: bool = False  # still busy when the tick ended (its answer is taken when it comes)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.node)
-
-    @property
-    def waiting(self) -> bool:
-        """No answer yet: still busy when its tick ended, or its request timed out (a
-        seed that is only slow, which start gives time)."""
-        return self.slow or (isinstance(self.error, AgentUnreachable) and self.error.timed_out)
 
 
 class MeshInventorySource:
@@ -155,7 +131,7 @@ class MeshInventorySource:
         waited = f"no answer within {format_duration(timedelta(seconds=START_SECONDS))}"
         results = tuple(replace(r, reason=waited) if r.waiting else r for r in results)
         try:
-            _check_start(results)
+            check_answers(results)
         except MeshStartError:
             self.stop()
             raise
@@ -243,18 +219,11 @@ class MeshInventorySource:
         it arrives after its tick gave up on it."""
         try:
             client = self._client(address)
-            info = client.info()
-            rows = client.sandboxes()
-            inventory = inventory_from_agent(info, rows, published_at=self._clock.now())
         except Exception as error:  # one node's failure is data, never the poller's end
-            if isinstance(error, AgentAnswerError) and not error.address:
-                error = error.at(address)
-            return PollResult(
-                address,
-                reason=_describe(error),
-                status=error.status if isinstance(error, AgentError) else None,
-                error=error,
-            )
+            return PollResult(address, reason=describe(error), error=error)
+        result, inventory = read_agent(client, address, self._clock)
+        if inventory is None:
+            return result
         with self._lock:
             self._snapshot = self._snapshot.replace(inventory, seen_at=self._clock.monotonic())
             previous = self._node_of.get(address)
@@ -320,42 +289,3 @@ class MeshInventorySource:
 
     def _default_client(self, address: str) -> AgentReads:
         return AgentClient(address, self._token, timeout=self.poll_interval.total_seconds())
-
-
-def _check_start(results: Sequence[PollResult]) -> None:
-    for result in results:
-        if result.status == 401:
-            raise MeshStartError(
-                f"sandboxd seed {result.address} refused the token: mesh mode needs the "
-                "fleet's root token (--sandboxd-token-file)"
-            )
-    for result in results:
-        error = result.error
-        if isinstance(error, AgentAnswerError):
-            if error.field == ADVERTISE_FIELD:
-                raise MeshStartError(
-                    f"sandboxd seed {result.address} reports no advertise_addr: mesh mode "
-                    "publishes it as the node's address (start the agent with --advertise-addr)"
-                )
-            raise MeshStartError(
-                f"sandboxd seed {result.address} gave an answer mesh mode cannot read: "
-                f"{error.field}: {error.problem}"
-            )
-    if not any(result.ok for result in results):
-        failed = ", ".join(f"{r.address} ({r.reason})" for r in results)
-        raise MeshStartError(f"no sandboxd seed answered: {failed}")
-
-
-def _describe(error: BaseException) -> str:
-    """A short, one-line reason for a failed poll."""
-    if isinstance(error, AgentAnswerError):
-        text = f"{error.field}: {error.problem}" if error.field else error.problem
-    elif isinstance(error, AgentUnreachable):
-        text = error.reason
-    elif isinstance(error, AgentError) and error.status == 401:
-        text = "refused the token (401)"
-    elif isinstance(error, AgentError):
-        text = f"{error.status} {error.message}"
-    else:
-        text = f"{type(error).__name__}: {error}"
-    return " ".join(text.split())
