@@ -1,7 +1,7 @@
 """Where each sandbox's home is on the host, and removing the homes of no sandbox.
 
 A sandbox's home is ``HOMES/ID`` in the runtime dir (``runtimedir.py``: the directory
-sandbox uids reach), with its passwd and group files beside it (``ID.passwd``...); the
+sandbox uids reach), with its passwd, group and hosts files beside it (``ID.passwd``...); the
 runtime creates and owns their contents. An agent from before runtime dirs kept the homes
 in its state dir: a sandbox adopted from there keeps its home there until it ends.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 from sandboxctl.sandboxd.runtimedir import HOMES
 
-HOME_FILES = (".passwd", ".group", ".passwd.tmp", ".group.tmp")  # next to each home
+# Next to each home: the files bound over its /etc/passwd, /etc/group and /etc/hosts.
+HOME_FILES = (".passwd", ".group", ".hosts", ".passwd.tmp", ".group.tmp", ".hosts.tmp")
 
 
 class Homes:

@@ -49,7 +49,7 @@ def test_what_belongs_to_no_sandbox_is_removed_and_an_emptied_old_dir_goes(
 def test_removing_a_home_takes_its_files_beside_it(tmp_path: Path) -> None:
     homes = Homes(tmp_path / "runtime", tmp_path / "state")
     (homes.directory / "sb_1").mkdir()
-    for suffix in (".passwd", ".group", ".passwd.tmp"):
+    for suffix in (".passwd", ".group", ".hosts", ".passwd.tmp", ".hosts.tmp"):
         (homes.directory / f"sb_1{suffix}").write_text("")
     (homes.directory / "sb_2.passwd").write_text("")
     homes.remove("sb_1")
