@@ -39,7 +39,7 @@ def fleet_certificate(state_dir: Path, host: str) -> Tls:
         cert_pem, key_pem = _self_signed(names)
         write_private(key_file, key_pem)
         write_private(cert_file, cert_pem)
-        log.info("created %s for %s", cert_file, ", ".join(map(str, names)))
+        log.info("created %s for %s", cert_file, ", ".join(str(name.value) for name in names))
     return Tls(cert_file, key_file)
 
 

@@ -11,9 +11,11 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +259,11 @@ def _stop_parts(
 
 def usage(fleet: Fleet, template: str) -> str:
     directory = _shown(fleet.state_dir)
+    # The Python serve runs on has the SDK in a checkout (make serve installs it): the
+    # snippets name it as the README does (.venv/bin/python), else a plain python.
+    python, hint = (
+        (_shown(Path(sys.executable)), "") if find_spec("e2b") else ("python", " (pip install e2b)")
+    )
     lines = [
         "sandboxctl serve: a one-host development fleet",
         f"  e2b API         {fleet.url(fleet.ports.e2b)}",
@@ -268,11 +275,11 @@ def usage(fleet: Fleet, template: str) -> str:
         f"  runtime dir     {fleet.runtime.path}  (sandbox homes; {directory}/{LINK})",
         f"  template        {template}",
         "",
-        "Use it with the e2b SDK (pip install e2b):",
+        f"Use it with the e2b SDK{hint}:",
         f"  set -a; . {directory}/{ENV_FILE}; set +a",
-        "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
+        f"  {python} -c 'from e2b import Sandbox; s = Sandbox.create(); "
         "print(s.sandbox_id); s.kill()'",
-        "  python -c 'from e2b import Sandbox; s = Sandbox.create(); "
+        f"  {python} -c 'from e2b import Sandbox; s = Sandbox.create(); "
         'print(s.commands.run("echo hi").stdout, end=""); s.kill()\'',
         "and with kubectl:",
         f"  kubectl --kubeconfig {directory}/{KUBECONFIG_FILE} get sandboxes",
@@ -283,7 +290,7 @@ def usage(fleet: Fleet, template: str) -> str:
 
 
 def _shown(path: Path) -> str:
-    """The state directory as the user would type it: relative when under the cwd."""
+    """A path as the user would type it: relative when under the cwd."""
     try:
         relative = path.relative_to(Path.cwd())
     except ValueError:

@@ -63,6 +63,12 @@ def test_serve_runs_the_whole_fleet(start) -> None:  # type: ignore[no-untyped-d
     assert f"kubectl --kubeconfig {directory}/kubeconfig get sandboxes" in output
     assert f"set -a; . {directory}/e2b.env; set +a" in output
     assert f"envd proxy      {fleet.url('proxy')}" in output
+    # The Python the README runs the SDK with (.venv/bin/python in a checkout), and the
+    # certificate's names as names.
+    python = Path(sys.executable)
+    shown = python.relative_to(Path.cwd()) if python.is_relative_to(Path.cwd()) else python
+    assert f"\n  {shown} -c 'from e2b import Sandbox; s = Sandbox.create(); print(" in output
+    assert f"created {directory}/kube-tls.crt for localhost, 127.0.0.1, ::1\n" in output
 
     # The files: modes and contents. Nothing in the state dir is for sandbox uids.
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
