@@ -9,19 +9,22 @@ wrong JSON type being a 400 naming the field, as a Kubernetes API server answers
 
 * name: ``metadata.name``, else ``metadata.generateName`` plus five random characters;
 * template: the first container's image (``spec.podTemplate.spec.containers[0].image``),
-  the pool-key rule the warm-pool driver and e2b share; the template annotation is not
-  read, so there is one way to say it;
+  read as the e2b API reads a ``templateID`` (``templatenames.resolve``: an alias such as
+  ``base`` names its template and size, any other name is a template a fresh node must
+  serve); the template annotation is not read, so there is one way to say it;
 * net: the ``sandbox.cocoonstack.io/net`` annotation on the object, else on the pod
   template, else ``none``; any other value than ``none`` or ``egress`` is 422;
 * size: the first container's requests (else its limits): above 4 CPU or 8Gi is
-  ``large``, above 1 CPU or 2Gi ``medium``, else ``small``;
+  ``large``, above 1 CPU or 2Gi ``medium``, else ``small``; with neither, the alias's
+  size (``small`` for a template named as itself);
 * ttl: ``spec.shutdownTime`` when set (rounded up to whole seconds; a time not in the
   future is refused), else the ``sandbox.cocoonstack.io/ttl-seconds`` annotation, else the
   node's default.
 
 Names, namespaces, labels and annotations are checked as Kubernetes checks them (a
 namespace is an RFC 1123 label, annotations hold at most 256 KiB), and each failure is a
-422 ``Invalid`` whose ``details.causes`` name the field.
+422 ``Invalid`` whose ``details.causes`` name the field. Every refusal names the object
+(``details.name`` and the message): its name, or ``generateName <prefix>``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import json
 import math
 import re
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -38,6 +42,7 @@ from typing import Any, Final
 import msgspec
 
 from sandboxctl.apiserver.status import ApiError
+from sandboxctl.apiserver.templatenames import resolve
 from sandboxctl.core import wire
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.model import NETS, PoolKey
@@ -73,6 +78,7 @@ _DECIMAL: Final = {
 # --- the submitted object, as far as a claim reads it ------------------------------------
 
 Quantity = str | int | float  # "500m", "2Gi", 4, 1.5
+Served = Callable[[str], bool]  # whether a fresh node serves a template
 
 
 class ObjectMeta(Model, frozen=True):
@@ -123,14 +129,36 @@ class SandboxObject(Model, frozen=True):
 class CreateRequest:
     namespace: str
     name: str
-    key: PoolKey
+    key: PoolKey  # the image as its template, the size its resources ask for
     ttl_seconds: int
+    sized: bool = False  # whether the container asked for resources (else the alias's size)
+    subject: str = ""  # how a refusal names the object (see ``subject_of``)
+
+    def claim_key(self, aliases: Mapping[str, tuple[str, str]], served: Served) -> PoolKey:
+        """The pool the claim asks for: the image read as the e2b API reads a
+        ``templateID`` (``templatenames.resolve``); a size from the container's resources
+        wins over the alias's. 422 when the image names no template a fresh node serves."""
+        image = self.key.template
+        found = resolve(image, aliases, served)
+        if found is None or not served(found.template):
+            raise unknown_template(image, found.template if found else None, self.subject)
+        return PoolKey(found.template, self.key.net, self.key.size if self.sized else found.size)
 
 
 def create_request(namespace: str, body: object, now: datetime) -> CreateRequest:
     """Read a submitted Sandbox (read, or plain JSON values); ApiError 400/422 names the
-    field that is wrong."""
+    field that is wrong, and the object (``subject_of``)."""
     submitted = _read(body)
+    subject = subject_of(submitted.metadata)
+    try:
+        return _create_request(namespace, submitted, now, subject)
+    except ApiError as error:
+        raise named(error, subject) from None
+
+
+def _create_request(
+    namespace: str, submitted: SandboxObject, now: datetime, subject: str
+) -> CreateRequest:
     _check_type(submitted)
     metadata = submitted.metadata
     check_namespace(namespace)
@@ -145,7 +173,36 @@ def create_request(namespace: str, body: object, now: datetime) -> CreateRequest
     _check_metadata(metadata, "metadata")
     _check_metadata(pod.metadata, "spec.podTemplate.metadata")
     key = PoolKey.of(first.image, _net(metadata, pod.metadata), pool_size(first))
-    return CreateRequest(namespace, _name(metadata), key, _ttl(submitted, now))
+    sized = bool(first.resources.requests or first.resources.limits)
+    return CreateRequest(
+        namespace, _name(metadata), key, _ttl(submitted, now), sized=sized, subject=subject
+    )
+
+
+def subject_of(metadata: ObjectMeta) -> str:
+    """How a refusal names the submitted object: its name, else ``generateName <prefix>``
+    (the name is generated only once the object is accepted), else empty (it has none)."""
+    name, prefix = metadata.name, metadata.generateName
+    if name:
+        return name if isinstance(name, str) else json.dumps(name)
+    if prefix:
+        return f"generateName {prefix if isinstance(prefix, str) else json.dumps(prefix)}"
+    return ""
+
+
+def named(error: ApiError, subject: str) -> ApiError:
+    """``error`` naming the object it refused, in its message and its ``details.name``
+    (kubectl prints ``The sandboxes "<name>" is invalid`` from the details)."""
+    if not subject:
+        return error
+    who = f"{SANDBOXES.kind} {json.dumps(subject)}"
+    unnamed = f"{SANDBOXES.kind} is invalid"
+    if error.message.startswith(unnamed):
+        message = who + error.message.removeprefix(SANDBOXES.kind)
+    else:
+        message = f"{who}: {error.message}"
+    details = {"name": subject, "group": SANDBOXES.group, "kind": SANDBOXES.plural}
+    return ApiError(error.code, message, error.reason, details | error.details)
 
 
 def _read(body: object) -> SandboxObject:
@@ -241,12 +298,14 @@ def check_namespace(namespace: str) -> None:
         )
 
 
-def unknown_template(image: str) -> ApiError:
-    """The 422 for a template no fresh node serves."""
-    return _invalid(
-        "spec.podTemplate.spec.containers[0].image",
-        f"Not found: {_shown(image)}: no node serves this template",
-        "FieldValueNotFound",
+def unknown_template(image: str, template: str | None = None, subject: str = "") -> ApiError:
+    """The 422 for an image that names no template a fresh node serves (``template``:
+    what the alias ``image`` stands for)."""
+    what = f"the alias of template {_shown(template)}" if template and template != image else ""
+    problem = f"Not found: {_shown(image)}: no node serves " + (what or "this template")
+    return named(
+        _invalid("spec.podTemplate.spec.containers[0].image", problem, "FieldValueNotFound"),
+        subject,
     )
 
 

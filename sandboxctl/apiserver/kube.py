@@ -40,12 +40,16 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
+from sandboxctl.agentapi.ids import id_problem
 from sandboxctl.apiserver import discovery, tables
 from sandboxctl.apiserver.auth import Authenticated, KubeTokens
-from sandboxctl.apiserver.creation import SandboxObject, create_request, unknown_template
+from sandboxctl.apiserver.creation import SandboxObject, create_request
 from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error
+from sandboxctl.apiserver.templatenames import DEFAULT_ALIASES
 from sandboxctl.core.errors import InvalidValueError
+from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.names import SANDBOXES
+from sandboxctl.core.snapshot import Located
 from sandboxctl.core.watching import BOOKMARK, WatchEvent
 from sandboxctl.core.wire import Model
 from sandboxctl.serving.apps import (
@@ -82,8 +86,11 @@ def create_kube_app(
     watch_interval: float = 1.0,
     stopping: Callable[[], bool] = lambda: False,
     bookmark_interval: float = BOOKMARK_SECONDS,
+    aliases: Mapping[str, tuple[str, str]] = DEFAULT_ALIASES,
 ) -> FastAPI:
-    """The API app over ``store``, for the holders of ``tokens``. A watch wakes at once for
+    """The API app over ``store``, for the holders of ``tokens``; a create reads its image
+    through ``aliases`` as the e2b API reads a ``templateID`` (give both the same). A
+    watch wakes at once for
     an inventory change (the source notifies the store) and for this server's own writes;
     every ``watch_interval`` s it also reads anyway, for what no notification announces:
     a node going stale (a matter of time), and the server stopping.
@@ -97,7 +104,7 @@ def create_kube_app(
     watching = _Watching(watch_interval, bookmark_interval, stopping)
 
     _add_discovery(app)
-    _add_sandbox_routes(app, store, watching)
+    _add_sandbox_routes(app, store, watching, aliases)
 
     install_error_handlers(app, translate=_answer, unmatched=_unmatched)
     app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
@@ -157,8 +164,15 @@ def _add_discovery(app: FastAPI) -> None:
         return discovery.openapi_v3_group()
 
 
-def _add_sandbox_routes(app: FastAPI, store: SandboxStore, watching: _Watching) -> None:
-    """The Sandbox resource: list and watch, get, create (a claim) and delete."""
+def _add_sandbox_routes(
+    app: FastAPI,
+    store: SandboxStore,
+    watching: _Watching,
+    aliases: Mapping[str, tuple[str, str]],
+) -> None:
+    """The Sandbox resource: list and watch, get, create (a claim) and delete. A get or
+    delete finds a sandbox by its name, else by its id (the SDK's ``sb-...``, or the
+    agents' spelling): ``kubectl get sandbox <sandbox_id>`` finds what the SDK created."""
 
     @app.get(f"{PREFIX}/{PLURAL}")
     async def list_all(request: Request) -> Response:
@@ -170,9 +184,7 @@ def _add_sandbox_routes(app: FastAPI, store: SandboxStore, watching: _Watching) 
 
     @app.get(PREFIX + "/namespaces/{namespace}/" + PLURAL + "/{name}")
     async def get(request: Request, namespace: str, name: str) -> Response:
-        located = await _call(store.locate, namespace, name, details=_details(name))
-        if located is None:
-            raise _not_found(name)
+        located = await _locate(store, namespace, name)
         obj = store.object_of(located)
         if tables.wants_table(request.headers.get("accept", "")):
             return answer(tables.table([obj], store.now()))
@@ -186,15 +198,14 @@ def _add_sandbox_routes(app: FastAPI, store: SandboxStore, watching: _Watching) 
             request, SandboxObject, media_type=_json_only, max_depth=MAX_BODY_DEPTH
         )
         wanted = create_request(namespace, body, store.now())
-        if not await _call(store.has_template, wanted.key.template):
-            raise unknown_template(wanted.key.template)
+        key = await _call(wanted.claim_key, aliases, store.has_template)
         granted = await _call(
             store.claim,
             wanted.namespace,
             wanted.name,
-            wanted.key,
+            key,
             wanted.ttl_seconds,
-            details=_details(wanted.name),
+            details=_details(wanted.subject or wanted.name),
         )
         return answer(store.object_of(granted.located), status=201)
 
@@ -206,12 +217,21 @@ def _add_sandbox_routes(app: FastAPI, store: SandboxStore, watching: _Watching) 
         )
         if options is not None:
             _refuse_dry_run(options.dryRun)
-        located = await _call(store.locate, namespace, name, details=_details(name))
-        if located is None:
-            raise _not_found(name)
+        located = await _locate(store, namespace, name)
         obj = store.object_of(located)
         await _call(store.release, located, details=_details(name))
         return answer(obj)
+
+
+async def _locate(store: SandboxStore, namespace: str, name: str) -> Located:
+    """The sandbox of ``namespace`` named ``name``, else the one whose id it is; 404."""
+    details = _details(name)
+    located = await _call(store.locate, namespace, name, details=details)
+    if located is None and id_problem(name) is None:
+        located = await _call(store.locate_claim, SandboxId.parse(name), namespace, details=details)
+    if located is None:
+        raise _not_found(name)
+    return located
 
 
 class DeleteOptions(Model, frozen=True):

@@ -4,7 +4,8 @@ kubectl sends ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io, ...,
 application/json``; a list, a get and each watch event are then answered as a
 ``meta.k8s.io/v1`` Table whose rows carry the object's metadata as a
 ``PartialObjectMetadata`` (``-A`` and ``--show-labels`` read it from there). Columns:
-Name, Node, Phase, Template, Age.
+Name, ID (the SDK's ``sb-...``), Node, Phase, Template, Age; ``-o wide`` adds Expires In,
+IP, CPUs and Memory (priority 1 columns, which kubectl shows only there).
 """
 
 from __future__ import annotations
@@ -14,18 +15,33 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sandboxctl.core.errors import InvalidValueError
-from sandboxctl.core.sandboxes import CONDITION_READY, LABEL_PHASE, LABEL_TEMPLATE
+from sandboxctl.core.sandboxes import (
+    ANNOTATION_CLAIM_ID,
+    ANNOTATION_CPU_COUNT,
+    ANNOTATION_DEADLINE,
+    ANNOTATION_MEMORY_BYTES,
+    CONDITION_READY,
+    LABEL_PHASE,
+    LABEL_TEMPLATE,
+)
 from sandboxctl.core.timestamps import parse_rfc3339
 
 TABLE_API_VERSION: Final = "meta.k8s.io/v1"
 
+WIDE: Final = 1  # the priority of the columns kubectl prints only under -o wide
 COLUMNS: Final = (
-    ("Name", "string", "name", "Name of the sandbox."),
-    ("Node", "string", "", "The node that holds the sandbox."),
-    ("Phase", "string", "", "The phase the node reports (Running, Hibernated, ...)."),
-    ("Template", "string", "", "The template the sandbox was claimed from."),
-    ("Age", "string", "", "Time since the sandbox was claimed."),
+    ("Name", "string", "name", "Name of the sandbox.", 0),
+    ("ID", "string", "", "The sandbox's id as the e2b SDK spells it (sandbox_id).", 0),
+    ("Node", "string", "", "The node that holds the sandbox.", 0),
+    ("Phase", "string", "", "The phase the node reports (Running, Hibernated, ...).", 0),
+    ("Template", "string", "", "The template the sandbox was claimed from.", 0),
+    ("Age", "string", "", "Time since the sandbox was claimed.", 0),
+    ("Expires In", "string", "", "Time left until the sandbox's lease ends.", WIDE),
+    ("IP", "string", "", "The sandbox's address on its node.", WIDE),
+    ("CPUs", "string", "", "The CPUs the sandbox may use.", WIDE),
+    ("Memory", "string", "", "The memory the sandbox may use.", WIDE),
 )
+NONE: Final = "<none>"  # kubectl's cell for a value that is not set
 
 
 def wants_table(accept: str) -> bool:
@@ -46,8 +62,8 @@ def wants_table(accept: str) -> bool:
 
 def column_definitions() -> list[dict[str, Any]]:
     return [
-        {"name": name, "type": kind, "format": fmt, "description": text, "priority": 0}
-        for name, kind, fmt, text in COLUMNS
+        {"name": name, "type": kind, "format": fmt, "description": text, "priority": priority}
+        for name, kind, fmt, text, priority in COLUMNS
     ]
 
 
@@ -69,13 +85,20 @@ def row(obj: dict[str, Any], now: datetime) -> dict[str, Any]:
     metadata = obj.get("metadata") or {}
     status = obj.get("status") or {}
     labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    addresses = status.get("podIPs") or [{}]
     return {
         "cells": [
             metadata.get("name", ""),
+            annotations.get(ANNOTATION_CLAIM_ID) or NONE,
             status.get("nodeName", ""),
             labels.get(LABEL_PHASE) or _ready_reason(status),
             labels.get(LABEL_TEMPLATE, ""),
             age(metadata.get("creationTimestamp"), now),
+            expires_in(annotations.get(ANNOTATION_DEADLINE), now),
+            addresses[0].get("ip") or NONE,
+            annotations.get(ANNOTATION_CPU_COUNT) or NONE,
+            memory(annotations.get(ANNOTATION_MEMORY_BYTES)),
         ],
         "object": {
             "kind": "PartialObjectMetadata",
@@ -83,6 +106,29 @@ def row(obj: dict[str, Any], now: datetime) -> dict[str, Any]:
             "metadata": metadata,
         },
     }
+
+
+def expires_in(deadline: object, now: datetime) -> str:
+    """The time left until ``deadline`` as kubectl writes an age; ``expired`` once past,
+    ``<none>`` when the sandbox has no deadline."""
+    if not isinstance(deadline, str) or not deadline:
+        return NONE
+    try:
+        left = parse_rfc3339(deadline) - now
+    except InvalidValueError:
+        return NONE
+    return human_duration(left) if left.total_seconds() >= 0 else "expired"
+
+
+def memory(text: object) -> str:
+    """A byte count as kubectl writes a quantity: ``2Gi``, ``512Mi``, else bytes."""
+    if not isinstance(text, str) or not text.isdigit():
+        return NONE
+    amount = int(text)
+    for suffix, shift in (("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if amount and amount % (1 << shift) == 0:
+            return f"{amount >> shift}{suffix}"
+    return str(amount)
 
 
 def age(created: object, now: datetime) -> str:

@@ -266,7 +266,10 @@ def serve_apiserver(
         # Open watches end as soon as the stop begins, so a stop signal is not held up for
         # as long as a watch may last (kubectl asks for 5 to 10 min).
         app = create_kube_app(
-            store, None if delegated else tokens, stopping=manager.stopping.is_set
+            store,
+            None if delegated else tokens,
+            stopping=manager.stopping.is_set,
+            aliases=e2b_config.aliases if e2b_config is not None else DEFAULT_ALIASES,
         )
         if delegated is not None and isinstance(mesh, KubeSource):
             app = delegated.wrap(app, mesh)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from sandboxctl.core.ids import public_id
 from sandboxctl.core.model import split_name
 from sandboxctl.core.names import SANDBOXES
 from sandboxctl.core.snapshot import Located
@@ -78,11 +79,12 @@ def sandbox_fields(located: Located) -> dict[str, str]:
 
 
 def sandbox_annotations(located: Located) -> dict[str, str]:
-    """The annotations of a served Sandbox: only those the entry reports."""
+    """The annotations of a served Sandbox: only those the entry reports. The id is the
+    SDK's spelling (``sb-...``), the one every API shows a user."""
     entry = located.entry
     annotations: dict[str, str] = {}
     if entry.id:
-        annotations[ANNOTATION_CLAIM_ID] = entry.id
+        annotations[ANNOTATION_CLAIM_ID] = public_id(entry.id)
     if entry.deadline is not None:
         annotations[ANNOTATION_DEADLINE] = format_rfc3339(entry.deadline)
     if entry.metadata.text:

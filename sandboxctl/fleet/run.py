@@ -230,7 +230,10 @@ def _served(
         aliases=aliases(fleet.template),
     )
     # Open watches end as soon as the stop begins, so they do not hold it up.
-    kube_app = create_kube_app(store, found.kube_tokens, stopping=manager.stopping.is_set)
+    # Both APIs read a template name alike: web.yaml's `image: base` is Sandbox.create()'s.
+    kube_app = create_kube_app(
+        store, found.kube_tokens, stopping=manager.stopping.is_set, aliases=config.aliases
+    )
     listeners: list[tuple[Any, socket.socket]] = [
         (create_agent_app(agent, found.root_token), agent_sock),
         (timed(kube_app, times, "apiserver"), kube_sock),

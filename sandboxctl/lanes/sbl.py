@@ -178,8 +178,9 @@ class Resolution:
                 answer = client.get(observe.namespaced(), params=params)
             pinned = Pinned(
                 answer.status_code,
-                running=(second.node, grants["running"][1].id),
-                paused=(first.node, grants["paused"][1].id),
+                # a served object shows the id as the SDK spells it
+                running=(second.node, SandboxId.of_claim(grants["running"][1].id).public),
+                paused=(first.node, SandboxId.of_claim(grants["paused"][1].id).public),
                 resolved=resolved,
             )
             if answer.status_code == 200:

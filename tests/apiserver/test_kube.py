@@ -244,12 +244,16 @@ def test_lists_and_gets_answer_a_table_when_asked(client: httpx.Client) -> None:
     assert (table["apiVersion"], table["kind"]) == ("meta.k8s.io/v1", "Table")
     assert table["metadata"]["resourceVersion"]
     columns = table["columnDefinitions"]
-    assert [c["name"] for c in columns] == ["Name", "Node", "Phase", "Template", "Age"]
+    shown = [c["name"] for c in columns if c["priority"] == 0]
+    assert shown == ["Name", "ID", "Node", "Phase", "Template", "Age"]
+    wide = [c["name"] for c in columns if c["priority"] == 1]  # kubectl: only under -o wide
+    assert wide == ["Expires In", "IP", "CPUs", "Memory"]
     assert all(set(c) == {"name", "type", "format", "description", "priority"} for c in columns)
-    assert [row["cells"] for row in table["rows"]] == [
-        ["a1", "n1", "Running", "base", "60s"],
-        ["a2", "n1", "Hibernated", "base", "5m10s"],
-        ["b1", "n2", "Running", "python", "60s"],
+    ip = "10.0.0.9"
+    assert [row["cells"] for row in table["rows"]] == [  # the id as the SDK spells it
+        ["a1", "sb-default-a1", "n1", "Running", "base", "60s", "5m", ip, "<none>", "<none>"],
+        ["a2", "sb-default-a2", "n1", "Hibernated", "base", "5m10s", "5m", ip, "<none>", "<none>"],
+        ["b1", "sb-default-b1", "n2", "Running", "python", "60s", "5m", ip, "<none>", "<none>"],
     ]
     row = table["rows"][0]["object"]
     assert (row["apiVersion"], row["kind"]) == ("meta.k8s.io/v1", "PartialObjectMetadata")
@@ -348,7 +352,7 @@ def test_a_watch_answers_table_events_when_asked(
     with watch(client, ALL_SANDBOXES, headers={"Accept": TABLE}) as events:
         first = events.take(4)
         assert {e["object"]["kind"] for e in first} == {"Table"}
-        assert first[0]["object"]["rows"][0]["cells"][:2] == ["a1", "n1"]
+        assert first[0]["object"]["rows"][0]["cells"][:3] == ["a1", "sb-default-a1", "n1"]
         source.apply(inventory("n2", *n2.entries, entry("zz/z1")))
         added = events.next()
         assert added is not None

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from sandboxctl.apiserver import create_kube_app, write_kubeconfig
+from sandboxctl.core.ids import public_id
 from sandboxctl.core.model import PoolKey
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.store import Query, SandboxStore
@@ -128,15 +129,18 @@ def test_kubectl_gets_sandboxes_as_a_table_and_as_yaml(fleet: Fleet) -> None:
     table = fleet.kubectl("get", "sandboxes")
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
-    assert header.split() == ["NAME", "NODE", "PHASE", "TEMPLATE", "AGE"]
-    assert row.split()[:4] == ["k1", node, "Running", "base"]
+    assert header.split() == ["NAME", "ID", "NODE", "PHASE", "TEMPLATE", "AGE"]
+    cells = row.split()
+    assert cells[0] == "k1"
+    assert cells[1].startswith("sb-")  # the id as the SDK spells it
+    assert cells[2:5] == [node, "Running", "base"]
 
     short = fleet.kubectl("get", "sbx", "k1", "-o", "yaml")
     assert short.returncode == 0, short.stderr
     obj = yaml.safe_load(short.stdout)
     assert (obj["kind"], obj["metadata"]["name"]) == ("Sandbox", "k1")
     assert obj["status"]["nodeName"] == node
-    assert obj["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"].startswith("sb")
+    assert obj["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"].startswith("sb-")
 
     listed = fleet.kubectl("get", "sandboxes", "-o", "yaml")
     assert listed.returncode == 0, listed.stderr
@@ -155,10 +159,11 @@ def test_kubectl_get_watch_sees_a_create_and_a_delete(fleet: Fleet) -> None:
         try:
             node = fleet.claim("w1")
             added = lines.until(lambda line: "w1" in line and "ADDED" in line, what="w1 ADDED")
-            assert added.split()[:4] == ["ADDED", "w1", node, "Running"]
+            assert added.split()[:5] == ["ADDED", "w1", added.split()[2], node, "Running"]
             fleet.release("w1")
             lines.until(lambda line: line.split()[:2] == ["DELETED", "w1"], what="w1 DELETED")
-            assert lines.seen[0].split() == ["EVENT", "NAME", "NODE", "PHASE", "TEMPLATE", "AGE"]
+            header = lines.seen[0].split()
+            assert header == ["EVENT", "NAME", "ID", "NODE", "PHASE", "TEMPLATE", "AGE"]
         finally:
             lines.close()
 
@@ -223,7 +228,7 @@ def test_kubectl_create_claims_a_sandbox(fleet: Fleet) -> None:
     claim_id = obj["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"]
     owner = fleet.agents[obj["status"]["nodeName"]]
     [record] = owner.sandboxes(claim_ref="default/c1")
-    assert record.id == claim_id
+    assert claim_id == public_id(record.id)  # the SDK's spelling of the agent's id
 
     with httpx.Client(base_url=fleet.url, headers=AUTH, verify=trusting()) as http:
         body = yaml.safe_load(manifest.read_text()) | {"metadata": {"generateName": "g-"}}

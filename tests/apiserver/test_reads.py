@@ -226,7 +226,7 @@ def test_a_create_answers_the_object_the_next_get_and_list_show(stack: Stack) ->
     assert "spec" not in created  # what the store shows, not the submitted object
     claim_id = created["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"]
     assert created["status"]["nodeName"] in stack.fleet.agents
-    assert claim_id.startswith("sb_")
+    assert claim_id.startswith("sb-")  # the SDK's spelling
 
 
 def test_kubectl_watch_only_prints_only_sandboxes_created_after_it(stack: Stack) -> None:

@@ -81,7 +81,7 @@ def test_a_full_entry_serves_every_field() -> None:
                 "sandbox.cocoonstack.io/claim": "claim-1",
             },
             "annotations": {
-                "sandbox.cocoonstack.io/claim-id": "sb_01",
+                "sandbox.cocoonstack.io/claim-id": "sb-01",  # the SDK's spelling of sb_01
                 "sandbox.cocoonstack.io/deadline": "2026-09-27T10:00:00Z",
                 "sandbox.cocoonstack.io/metadata": '{"owner":"ana"}',
                 "sandbox.cocoonstack.io/cpu-count": "2",

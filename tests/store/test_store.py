@@ -149,6 +149,7 @@ def test_a_name_on_two_nodes_is_one_object_from_the_first_node(clock: ManualCloc
 
 
 def _held_by(obj: dict[str, Any]) -> tuple[str, str]:
+    """The node and the id (as the SDK spells it, sb-...) of a served object."""
     return obj["status"]["nodeName"], obj["metadata"]["annotations"][CLAIM_ID]
 
 
@@ -162,36 +163,36 @@ def test_a_pinned_list_and_watch_show_the_duplicate_their_selectors_accept(
     )
     running = Query.parse("default", labels=RUNNING, fields="metadata.name=dup")
     (listed,) = store.list(running).items
-    assert _held_by(listed) == ("b", "sb_b")
+    assert _held_by(listed) == ("b", "sb-b")
     watch = store.watch(running, send_initial_events=True)
     opening = watch.open()
     assert [e.type for e in opening] == ["ADDED", "BOOKMARK"]
     assert opening[0].object is listed
     # without selectors, or across the fleet, the name still reads as the first holder
-    assert _held_by(store.get("default", "dup")) == ("a", "sb_a")
+    assert _held_by(store.get("default", "dup")) == ("a", "sb-a")
     assert store.list(Query.parse("default", labels=RUNNING)).items == []
     (unselected,) = store.list(Query.parse("default", fields="metadata.name=dup")).items
-    assert _held_by(unselected) == ("a", "sb_a")
+    assert _held_by(unselected) == ("a", "sb-a")
 
     source.apply(node("a", entry("default/dup", claim_id="sb_a")))  # a runs: it shows
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("a", "sb_a"))
+    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("a", "sb-a"))
     source.apply(node("a", paused))  # paused again: b's shows through
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("b", "sb_b"))
+    assert (event.type, _held_by(event.object)) == ("MODIFIED", ("b", "sb-b"))
     assert _rv(event.object) == watch.version  # at the change that showed it
     assert store.list(running).items == [event.object]
     source.apply(node("b", entry("default/dup", "Hibernated", claim_id="sb_b")))
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b"))
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb-b"))
     assert store.list(running).items == []
     source.apply(node("b", entry("default/dup", claim_id="sb_b2")))  # claimed again on b
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("ADDED", ("b", "sb_b2"))
+    assert (event.type, _held_by(event.object)) == ("ADDED", ("b", "sb-b2"))
     source.remove("b")
     source.remove("a")
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b2"))
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb-b2"))
 
 
 def test_a_duplicates_change_alone_is_no_event_for_a_watch_that_does_not_show_it(
@@ -205,7 +206,7 @@ def test_a_duplicates_change_alone_is_no_event_for_a_watch_that_does_not_show_it
     source.apply(node("b", entry("default/dup", "Hibernated", claim_id="sb_b")))
     assert fleet.poll() == pinned.poll() == []
     (listed,) = store.list(Query.parse("default")).items
-    assert _held_by(listed) == ("a", "sb_a")
+    assert _held_by(listed) == ("a", "sb-a")
 
 
 def test_a_pinned_watch_agrees_with_its_list_and_deletes_what_it_showed(
@@ -221,15 +222,15 @@ def test_a_pinned_watch_agrees_with_its_list_and_deletes_what_it_showed(
     )
     running = Query.parse("default", labels=RUNNING, fields="metadata.name=dup")
     watch = store.watch(running)
-    assert [_held_by(e.object) for e in watch.open()] == [("b", "sb_b")]
+    assert [_held_by(e.object) for e in watch.open()] == [("b", "sb-b")]
     source.apply(node("c", entry("default/dup", "Hibernated", claim_id="sb_c2")))
     source.apply(node("a", entry("default/dup", "Hibernated", claim_id="sb_a2")))
     for event in watch.poll():  # b's unchanged object, re-served at each change's version
-        assert (event.type, _held_by(event.object)) == ("MODIFIED", ("b", "sb_b"))
+        assert (event.type, _held_by(event.object)) == ("MODIFIED", ("b", "sb-b"))
     assert store.list(running).items[0]["metadata"]["resourceVersion"] == str(watch.version)
     source.remove("b")  # the holder it showed is gone: its last state, at this version
     (event,) = watch.poll()
-    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb_b"))
+    assert (event.type, _held_by(event.object)) == ("DELETED", ("b", "sb-b"))
     assert _rv(event.object) == watch.version
 
 

@@ -11,21 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Final
 
+from sandboxctl.apiserver.templatenames import DEFAULT_ALIASES as DEFAULT_ALIASES  # re-exported
+from sandboxctl.apiserver.templatenames import DEFAULT_SIZE
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.model import DEFAULT_NAMESPACE
 
 SIZES: Final = ("small", "medium", "large")
-DEFAULT_SIZE: Final = "small"
 DEFAULT_TIMEOUT: Final = 300
 # envd is not served yet; this is the version the create/connect answers report, the
 # lowest one the SDK's flows accept without refusing options (see docs/e2b-compat.md).
 DEFAULT_ENVD_VERSION: Final = "0.5.7"
-DEFAULT_ALIASES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
-    {"base": ("base", "small"), "code-interpreter-v1": ("base", "small")}
-)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from sandboxctl.agentapi import SandboxRow
 from sandboxctl.apiserver.e2b.auth import Keys
 from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.errors import status_of
+from sandboxctl.apiserver.templatenames import resolve, template_of
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.ids import SandboxId
 from sandboxctl.core.model import PoolKey
@@ -73,16 +74,13 @@ class E2bService:
 
     def pool_of(self, requested: str) -> PoolKey | None:
         """An alias's pool, else the template's own small pool if a fresh node serves
-        it; None when neither."""
-        if requested in self.config.aliases:
-            template, size = self.config.aliases[requested]
-            return PoolKey(template, "none", size)
-        return PoolKey(requested, "none", "small") if self.store.has_template(requested) else None
+        it; None when neither (the rule the Sandbox API's create reads too)."""
+        found = resolve(requested, self.config.aliases, self.store.has_template)
+        return PoolKey(found.template, "none", found.size) if found is not None else None
 
     def template_of(self, requested: str) -> str:
         """The template an alias names, else the name itself."""
-        aliases = self.config.aliases
-        return aliases[requested][0] if requested in aliases else requested
+        return template_of(requested, self.config.aliases)
 
 
 def service(request: Request) -> E2bService:

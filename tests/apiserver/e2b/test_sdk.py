@@ -207,7 +207,7 @@ def test_kubectl_sees_e2b_sandboxes_and_deletes_them(
         assert got.returncode == 0, got.stderr
         for line in got.stdout.splitlines():
             name, _, listed_id = line.partition(" ")
-            if listed_id == claim_id:
+            if listed_id == sandbox.sandbox_id:  # the annotation spells it as the SDK does
                 return name
         return None
 
