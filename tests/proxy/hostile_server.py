@@ -135,6 +135,9 @@ def serve(conn: socket.socket, peer: str) -> None:
                 said = b"%s %d %s" % (framing, len(body), hashlib.sha256(body).hexdigest().encode())
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(said), said))
                 continue
+            if path == b"/head-as-received":  # the request's head, as it came
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(head), head))
+                continue
             if path.startswith(b"/echo"):  # the request line's target, as it came
                 conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(path), path))
                 continue

@@ -216,6 +216,23 @@ def test_chunked_bodies_both_ways(guest: Guest, path: str) -> None:
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_an_upgrade_other_than_a_websocket_is_not_asked_of_the_guest(
+    guest: Guest, path: str
+) -> None:
+    """The relay never asks to switch protocols (a 101 would be refused): Upgrade and
+    Connection are hop-by-hop, so the guest answers the request itself."""
+    asked = guest.clients[path].get(
+        "/head-as-received",
+        headers={"Connection": "Upgrade, HTTP2-Settings", "Upgrade": "h2c", "HTTP2-Settings": ""},
+    )
+    assert asked.status_code == 200
+    lines = asked.content.lower().split(b"\r\n")
+    assert lines[0] == b"get /head-as-received http/1.1"
+    named = [line.partition(b":")[0] for line in lines[1:]]
+    assert not {b"upgrade", b"connection", b"http2-settings"} & set(named), named
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_a_cut_body_is_a_cut_stream_and_the_log_names_the_guest_port(
     guest: Guest, path: str, logged: Records, uvicorn_errors: Records
 ) -> None:
