@@ -62,6 +62,14 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_templates",
         "templates: default template build (fresh, cached), size, cold start vs base",
     ),
+    "first_port": (
+        "benchmarks.bench_first_port",
+        "guest port: python3 -m http.server in a fresh sandbox, start to first 200 via get_host",
+    ),
+    "metrics": (
+        "benchmarks.bench_metrics",
+        "request latency histograms: process CPU per warm SDK create on vs off, per request",
+    ),
 }
 
 
