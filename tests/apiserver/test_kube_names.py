@@ -63,6 +63,16 @@ def kube(store: SandboxStore) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture
+def plain(store: SandboxStore) -> Iterator[httpx.Client]:
+    """The Sandbox API with its default aliases, for what does not depend on them."""
+    with (
+        serving(create_kube_app(store, KUBE_TOKENS)) as url,
+        httpx.Client(base_url=url, headers=AUTH, timeout=10) as http,
+    ):
+        yield http
+
+
+@pytest.fixture
 def e2b(store: SandboxStore) -> Iterator[httpx.Client]:
     config = E2bConfig(
         domain="sandboxctl.test", envd_secret=b"s" * 32, api_keys={KEY: "default"}, aliases=ALIASES
@@ -106,26 +116,26 @@ def test_an_alias_of_a_template_nothing_serves_says_which(store: SandboxStore) -
 
 
 def test_a_refused_create_names_the_object_in_its_details_and_message(
-    kube: httpx.Client,
+    plain: httpx.Client,
 ) -> None:
-    refused = kube.post(SANDBOXES, json=web("nosuch"))
+    refused = plain.post(SANDBOXES, json=web("nosuch"))
     body = refused.json()
     assert body["details"]["name"] == "web"  # kubectl: The sandboxes "web" is invalid
     assert (body["details"]["kind"], body["details"]["group"]) == ("sandboxes", "agents.x-k8s.io")
     assert body["message"].startswith('Sandbox "web" is invalid: spec.podTemplate')
 
     no_container = {**web(), "spec": {}}
-    assert kube.post(SANDBOXES, json=no_container).json()["details"]["name"] == "web"
+    assert plain.post(SANDBOXES, json=no_container).json()["details"]["name"] == "web"
 
     past = web()
     past["spec"]["shutdownTime"] = "2020-01-01T00:00:00Z"
-    bad = kube.post(SANDBOXES, json=past).json()
+    bad = plain.post(SANDBOXES, json=past).json()
     assert (bad["code"], bad["details"]["name"]) == (400, "web")
     assert bad["message"].startswith('Sandbox "web": spec.shutdownTime')
 
 
-def test_a_refused_generate_name_says_it_was_one(kube: httpx.Client) -> None:
-    body = kube.post(SANDBOXES, json=web("nosuch", generateName="web-")).json()
+def test_a_refused_generate_name_says_it_was_one(plain: httpx.Client) -> None:
+    body = plain.post(SANDBOXES, json=web("nosuch", generateName="web-")).json()
     assert body["details"]["name"] == "generateName web-"
     assert body["message"].startswith('Sandbox "generateName web-" is invalid')
 
@@ -134,13 +144,15 @@ def test_a_refused_generate_name_says_it_was_one(kube: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("spelled", ["sb-default-a1", "sb_default_a1"])
-def test_get_finds_a_sandbox_by_its_id_in_either_spelling(kube: httpx.Client, spelled: str) -> None:
-    got = kube.get(f"{SANDBOXES}/{spelled}")
+def test_get_finds_a_sandbox_by_its_id_in_either_spelling(
+    plain: httpx.Client, spelled: str
+) -> None:
+    got = plain.get(f"{SANDBOXES}/{spelled}")
     assert got.status_code == 200, got.text
     obj = got.json()
     assert obj["metadata"]["name"] == "a1"
     assert obj["metadata"]["annotations"]["sandbox.cocoonstack.io/claim-id"] == "sb-default-a1"
-    other_namespace = kube.get(f"{GROUP_PATH}/namespaces/team/sandboxes/{spelled}")
+    other_namespace = plain.get(f"{GROUP_PATH}/namespaces/team/sandboxes/{spelled}")
     assert other_namespace.status_code == 404
 
 
@@ -157,9 +169,9 @@ def _described(schema: dict[str, Any], path: str) -> list[str]:
     return missing
 
 
-def test_the_openapi_v3_schema_describes_every_field(kube: httpx.Client) -> None:
-    [link] = kube.get("/openapi/v3").json()["paths"].values()
-    document = kube.get(link["serverRelativeURL"]).json()
+def test_the_openapi_v3_schema_describes_every_field(plain: httpx.Client) -> None:
+    [link] = plain.get("/openapi/v3").json()["paths"].values()
+    document = plain.get(link["serverRelativeURL"]).json()
     [schema] = document["components"]["schemas"].values()
     assert schema["x-kubernetes-group-version-kind"] == [
         {"group": "agents.x-k8s.io", "version": "v1beta1", "kind": "Sandbox"}
