@@ -66,6 +66,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_first_port",
         "guest port: python3 -m http.server in a fresh sandbox, start to first 200 via get_host",
     ),
+    "guest_framing": (
+        "benchmarks.bench_guest_framing",
+        "guest port: a 10 MiB answer ended by the close, on each path, byte-exact",
+    ),
     "metrics": (
         "benchmarks.bench_metrics",
         "request latency histograms: process CPU per warm SDK create on vs off, per request",
