@@ -215,7 +215,7 @@ def _metadata_schema() -> dict[str, Any]:
 
 def _spec_schema() -> dict[str, Any]:
     container = _object(
-        "A container: only the first is read.",
+        "A container.",
         {
             "name": _field("string", "Any name; not read."),
             "image": _field(
@@ -236,7 +236,7 @@ def _spec_schema() -> dict[str, Any]:
     )
     pod_spec = _object(
         "The pod the sandbox stands for.",
-        {"containers": _field("array", "Exactly what is read: the first one.", items=container)},
+        {"containers": _field("array", "The containers: only the first is read.", items=container)},
         **{"x-kubernetes-preserve-unknown-fields": True},
     )
     pod_metadata = _object(
