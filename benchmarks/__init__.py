@@ -74,6 +74,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_metrics",
         "request latency histograms: process CPU per warm SDK create on vs off, per request",
     ),
+    "status": (
+        "benchmarks.bench_status",
+        "sandboxctl status on a one-node serve: the process (cold start) and the collection",
+    ),
 }
 
 

@@ -165,9 +165,6 @@ def _source(
 
 
 def _draw(status: FleetStatus, output: Output, clear: bool) -> None:
-    from sandboxctl.cli import render
-
-    console = render.console()
     if output is Output.JSON:
         import json
 
@@ -177,6 +174,9 @@ def _draw(status: FleetStatus, output: Output, clear: bool) -> None:
         # A watch writes one document a line (a stream a script reads line by line).
         typer.echo(json.dumps(document) if clear else json.dumps(document, indent=2))
         return
+    from sandboxctl.cli import render  # rich: only for a table
+
+    console = render.console()
     if clear and console.is_terminal:
         console.clear()
     _print_table(console, status)
