@@ -179,7 +179,7 @@ class ConnectRpc:
         self, method: str, target: Target, message: dict[str, Any]
     ) -> dict[str, Any]:
         if method == "List":
-            return self.processes.list(target)
+            return await self.processes.list(target)
         if method == "SendSignal":
             return await self.processes.send_signal(target, message)
         if method == "SendInput":

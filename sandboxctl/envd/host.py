@@ -9,9 +9,9 @@ the runtimes build their sandboxes to match.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 SANDBOX_USER = "user"
 SANDBOX_HOME = "/home/user"
@@ -44,6 +44,21 @@ class Entry:
     argv: Sequence[str]
     env: Mapping[str, str]
     script: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StartedCommand:
+    """A command envd started, as the agent keeps it across its own restarts: what
+    ``commands.list()`` shows of it, and how the agent finds it again. A sandbox left
+    running by an agent that stopped (``--keep-sandboxes``) keeps its commands; the next
+    agent process lists and signals them from this."""
+
+    pid: int  # inside the sandbox: what the client sees
+    leader: int  # the host process spawned: the command's process group
+    host_pid: int  # the command's own host pid
+    session: int | None  # with a pty: the command's own session (its host pid)
+    config: Mapping[str, Any]  # cmd, args, envs, cwd, as the client asked
+    tag: str | None = None
 
 
 class BadCommand(ValueError):
@@ -92,6 +107,26 @@ class RunningSandbox(Protocol):
 
     def log(self, message: str, level: str = "info", **fields: str) -> None:
         """Add an event to the sandbox's log (a command started or ended)."""
+        ...
+
+    def remember(self, command: StartedCommand) -> None:
+        """Keep ``command`` where the agent's next process finds it, until :meth:`forget`
+        (may block briefly)."""
+        ...
+
+    def forget(self, pid: int) -> None:
+        """The command ``pid`` has ended: no longer remembered."""
+        ...
+
+    def remembered(self, skip: Collection[int] = ()) -> list[StartedCommand]:
+        """The remembered commands of this sandbox (but those whose pid is in ``skip``)
+        that still run in it, each checked to be the very process that was started, in
+        this sandbox; what an earlier agent process started is among them (may block)."""
+        ...
+
+    def signal_remembered(self, command: StartedCommand, sig: int) -> bool:
+        """Signal a command :meth:`remembered` gave: its processes in this sandbox, never
+        a process that recycled one of its pids; False when it has ended (may block)."""
         ...
 
 

@@ -6,6 +6,10 @@ attached to it (the ``Start`` that made it and any ``Connect``); output sent whi
 stream listens is lost, as upstream. Output is read only as fast as the slowest of those
 streams takes it (``outlet``): a client that does not read makes the command wait on its
 writes, and never grows the agent.
+
+The agent also keeps each command it starts (``RunningSandbox.remember``), so that after
+it restarts and adopts a sandbox the commands its earlier process started are still
+listed and can be signalled (killed); their input and output went with that process.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ import signal as signals
 import struct
 import termios
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sandboxctl.envd.connect import ConnectError, end_of_stream, envelope
 from sandboxctl.envd.connect import field as get
-from sandboxctl.envd.host import Command
+from sandboxctl.envd.host import Command, StartedCommand
 from sandboxctl.envd.outlet import Outlet
 from sandboxctl.envd.target import HOME, Target, sandbox_path
 
@@ -152,6 +156,7 @@ class ProcessService:
             proc.terminal, proc.session = terminal, host_pid
         queue = proc.listen()
         self._table(target)[proc.pid] = proc
+        self._remember(proc, process.pid, host_pid)
         task = asyncio.get_running_loop().create_task(self._pump(proc))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -160,7 +165,7 @@ class ProcessService:
     async def connect(
         self, target: Target, request: dict[str, Any], deadline: float | None
     ) -> AsyncIterator[bytes]:
-        proc = self._select(target, get(request, "process"))
+        proc = await self._own(target, get(request, "process"))
         return self._events(proc, proc.listen(), deadline, kill_on_deadline=False)
 
     async def _events(
@@ -211,8 +216,10 @@ class ProcessService:
                 _Reader(lambda reader: self._read(proc, process.stdout, "stdout", reader)),
                 _Reader(lambda reader: self._read(proc, process.stderr, "stderr", reader)),
             ]
+        ended = False  # a pump cancelled as the agent stops leaves its command running
         try:
             status = await process.wait()
+            ended = True
             await _drain(readers)
             end: Event = {"exited": status >= 0, "status": _status(status)}
             if status != 0:
@@ -237,6 +244,8 @@ class ProcessService:
             table = self._tables.get(proc.target.id, {})
             if table.get(proc.pid) is proc:
                 del table[proc.pid]
+                if ended:  # else an adopting agent's next process lists it
+                    proc.target.sandbox.forget(proc.pid)
             if not table:
                 self._tables.pop(proc.target.id, None)
 
@@ -278,21 +287,29 @@ class ProcessService:
 
     # --- unary -------------------------------------------------------------------------
 
-    def list(self, target: Target) -> dict[str, Any]:
+    async def list(self, target: Target) -> dict[str, Any]:
+        """The commands running in the sandbox: this process's, and those an earlier
+        agent process started that still run."""
         table = self._table(target).values()
         procs = [p for p in table if p.end is None and p.process.returncode is None]
-        return {"processes": [p.info() for p in procs]}
+        infos = [p.info() for p in procs]
+        own = {p.pid for p in table}
+        infos += [_info(adopted) for adopted in await self._remembered(target, own)]
+        return {"processes": infos}
 
     async def send_signal(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
-        proc = self._select(target, get(request, "process"))
         name = get(request, "signal")
+        found = await self._any(target, get(request, "process"))
         if name not in SIGNALS:
             raise ConnectError("invalid_argument", f"unsupported signal {name!r}")
-        await asyncio.to_thread(target.signal, proc.process.pid, SIGNALS[name], proc.session)
+        if isinstance(found, Proc):
+            await asyncio.to_thread(target.signal, found.process.pid, SIGNALS[name], found.session)
+        elif not await asyncio.to_thread(target.sandbox.signal_remembered, found, SIGNALS[name]):
+            raise ConnectError("not_found", f"process with pid {found.pid} not found")
         return {}
 
     async def send_input(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
-        proc = self._select(target, get(request, "process"))
+        proc = await self._own(target, get(request, "process"))
         data = get(request, "input") or {}
         name = "pty" if "pty" in data else "stdin"
         try:
@@ -321,7 +338,7 @@ class ProcessService:
         async for message in messages:
             if "start" in message:
                 start = get(message, "start") or {}
-                selector = {"pid": self._select(target, get(start, "process")).pid}
+                selector = {"pid": (await self._own(target, get(start, "process"))).pid}
             elif "data" in message:
                 if selector is None:
                     raise ConnectError("invalid_argument", "the input stream must start with start")
@@ -335,7 +352,7 @@ class ProcessService:
 
     async def update(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
         """Resize the process's pty (its foreground job gets SIGWINCH)."""
-        proc = self._select(target, get(request, "process"))
+        proc = await self._own(target, get(request, "process"))
         pty = get(request, "pty")
         if pty is None:
             return {}
@@ -345,7 +362,7 @@ class ProcessService:
         return {}
 
     async def close_stdin(self, target: Target, request: dict[str, Any]) -> dict[str, Any]:
-        proc = self._select(target, get(request, "process"))
+        proc = await self._own(target, get(request, "process"))
         if proc.terminal is not None:
             raise ConnectError(
                 "failed_precondition", "a pty has no stdin to close: send Ctrl-D (\\x04)"
@@ -364,6 +381,45 @@ class ProcessService:
         if stdin.is_closing():
             raise ConnectError("failed_precondition", "stdin is closed")
         return stdin
+
+    def _remember(self, proc: Proc, leader: int, host_pid: int) -> None:
+        """Keep the command where the agent's next process finds it; a failure to keep it
+        costs only that (the command runs)."""
+        kept = StartedCommand(proc.pid, leader, host_pid, proc.session, proc.config, proc.tag)
+        try:
+            proc.target.sandbox.remember(kept)
+        except Exception:
+            log.exception("could not keep process %d of %s", proc.pid, proc.target.id)
+
+    async def _remembered(self, target: Target, own: set[int]) -> Sequence[StartedCommand]:
+        """What an earlier agent process started in this sandbox that still runs."""
+        return await asyncio.to_thread(target.sandbox.remembered, own)
+
+    async def _any(self, target: Target, selector: Any) -> Proc | StartedCommand:
+        """The process ``selector`` names: this process's, else one an earlier agent
+        process started that still runs."""
+        try:
+            return self._select(target, selector)
+        except ConnectError as missing:
+            if missing.code != "not_found":
+                raise
+            own = set(self._table(target))
+            for adopted in await self._remembered(target, own):
+                if _selects(selector, adopted):
+                    return adopted
+            raise
+
+    async def _own(self, target: Target, selector: Any) -> Proc:
+        """The process ``selector`` names, which this agent process started: one an
+        earlier process started can be listed and signalled only."""
+        found = await self._any(target, selector)
+        if isinstance(found, StartedCommand):
+            raise ConnectError(
+                "failed_precondition",
+                f"process {found.pid} was started before the agent restarted: it can be "
+                "listed and signalled, but its input and output are no longer reachable",
+            )
+        return found
 
     def _select(self, target: Target, selector: Any) -> Proc:
         if not isinstance(selector, dict):
@@ -422,6 +478,21 @@ async def _drain(readers: list[_Reader]) -> None:
             idle = reader.idle_since
             if idle is not None and now - max(idle, exited) >= DRAIN_SECONDS:
                 reader.task.cancel()
+
+
+def _info(command: StartedCommand) -> dict[str, Any]:
+    """A remembered command as ``List`` shows it (as :meth:`Proc.info`)."""
+    info: dict[str, Any] = {"config": dict(command.config), "pid": command.pid}
+    if command.tag is not None:
+        info["tag"] = command.tag
+    return info
+
+
+def _selects(selector: dict[str, Any], command: StartedCommand) -> bool:
+    """Whether a selector that :meth:`ProcessService._select` took names ``command``."""
+    if "pid" in selector:
+        return int(selector["pid"]) == command.pid
+    return command.tag is not None and selector.get("tag") == command.tag
 
 
 def _pty_size(pty: Any) -> tuple[int, int]:

@@ -7,13 +7,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 import httpx
 
 from sandboxctl.envd.app import create_envd_app
-from sandboxctl.envd.host import Command, Entry, RunningSandbox, SandboxUnavailable
+from sandboxctl.envd.host import (
+    Command,
+    Entry,
+    RunningSandbox,
+    SandboxUnavailable,
+    StartedCommand,
+)
 from sandboxctl.envd.target import Target
 from sandboxctl.sandboxd import entering
 from tests.apiserver.helpers import serving
@@ -41,6 +47,19 @@ class HostProcess:
 
     def log(self, message: str, level: str = "info", **fields: str) -> None:
         self.logged.append((message, fields))
+
+    # Nothing outlives this stand-in's process: it remembers nothing across restarts.
+    def remember(self, command: StartedCommand) -> None:
+        pass
+
+    def forget(self, pid: int) -> None:
+        pass
+
+    def remembered(self, skip: Collection[int] = ()) -> list[StartedCommand]:
+        return []
+
+    def signal_remembered(self, command: StartedCommand, sig: int) -> bool:
+        return False
 
 
 @dataclass

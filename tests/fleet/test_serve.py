@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from e2b import Sandbox
 
+from sandboxctl.sandboxd.runtimedir import OWNER_FILE, OWNER_LOCK, RUNTIME_ROOT_ENV
 from tests.fleet.fleet import (
     Fleet,
     free_ports,
@@ -23,7 +25,7 @@ from tests.fleet.fleet import (
     start_fleet,
     stop_fleets,
 )
-from sandboxctl.sandboxd.runtimedir import OWNER_FILE, OWNER_LOCK, RUNTIME_ROOT_ENV
+from tests.proxy.sdk_stack import create_sandbox
 from tests.sandboxd.servers import sandboxes_unavailable, wait_until
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools" / "bin" / "kubectl"
@@ -252,3 +254,33 @@ def test_a_refused_start_names_its_first_cause_and_changes_nothing(  # type: ign
     assert sorted(runtime_root.iterdir()) == runtime_dirs  # the gone one included
     assert fleet.process.poll() is None
     assert fleet.stop() == 0, fleet.output()
+
+
+def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process(  # type: ignore[no-untyped-def]
+    start,
+) -> None:
+    fleet = start("--keep-sandboxes")
+    env = fleet.e2b_env
+    sdk = {
+        "api_key": env["E2B_API_KEY"],
+        "api_url": env["E2B_API_URL"],
+        "sandbox_url": env["E2B_SANDBOX_URL"],
+    }
+    sandbox = create_sandbox(sdk, timeout=600)
+    handle = sandbox.commands.run("sleep 3000", background=True)
+    pid = handle.pid
+    handle.disconnect()
+    assert fleet.stop() == 0, fleet.output()
+
+    again = start()  # adopts the sandbox, and destroys it on exit
+    assert "adopted 2 sandboxes" in again.output()
+    adopted = Sandbox.connect(sandbox.sandbox_id, **sdk)
+    [listed] = [p for p in adopted.commands.list() if p.pid == pid]
+    assert (listed.cmd, listed.args) == ("/bin/bash", ["-l", "-c", "sleep 3000"])
+    running = adopted.commands.run(f"ps -o args= -p {pid}").stdout
+    assert running.strip() == "sleep 3000"
+    assert adopted.commands.kill(pid) is True
+    wait_until(lambda: pid not in [p.pid for p in adopted.commands.list()], what="the kill to take")
+    assert adopted.commands.kill(pid) is False
+    assert again.stop() == 0, again.output()
+    _no_sandbox_left(fleet.uid_base)
