@@ -43,7 +43,7 @@ from starlette.responses import Response
 from sandboxctl.agentapi.ids import id_problem
 from sandboxctl.apiserver import discovery, tables
 from sandboxctl.apiserver.auth import Authenticated, KubeTokens
-from sandboxctl.apiserver.creation import SandboxObject, create_request
+from sandboxctl.apiserver.creation import SandboxObject, create_request, named, subject_of
 from sandboxctl.apiserver.status import NOT_FOUND_PATH, ApiError, api_error
 from sandboxctl.apiserver.templatenames import DEFAULT_ALIASES
 from sandboxctl.core.errors import InvalidValueError
@@ -193,10 +193,13 @@ def _add_sandbox_routes(
     @app.post(PREFIX + "/namespaces/{namespace}/" + PLURAL)
     async def create(request: Request, namespace: str) -> Response:
         """A claim; the answer is the sandbox as the next read shows it."""
-        _refuse_dry_run(request.query_params.getlist("dryRun"))
         body = await read_body(
             request, SandboxObject, media_type=_json_only, max_depth=MAX_BODY_DEPTH
         )
+        try:  # after the body, so that the refusal names the object
+            _refuse_dry_run(request.query_params.getlist("dryRun"))
+        except ApiError as error:
+            raise named(error, subject_of(body.metadata) if body else "") from None
         wanted = create_request(namespace, body, store.now())
         key = await _call(wanted.claim_key, aliases, store.has_template)
         granted = await _call(
@@ -211,12 +214,12 @@ def _add_sandbox_routes(
 
     @app.delete(PREFIX + "/namespaces/{namespace}/" + PLURAL + "/{name}")
     async def delete(request: Request, namespace: str, name: str) -> Response:
-        _refuse_dry_run(request.query_params.getlist("dryRun"))
+        _refuse_dry_run(request.query_params.getlist("dryRun"), name)
         options = await read_body(
             request, DeleteOptions, required=False, media_type=_json_only, max_depth=MAX_BODY_DEPTH
         )
         if options is not None:
-            _refuse_dry_run(options.dryRun)
+            _refuse_dry_run(options.dryRun, name)
         located = await _locate(store, namespace, name)
         obj = store.object_of(located)
         await _call(store.release, located, details=_details(name))
@@ -439,9 +442,10 @@ def _json_only(media_type: str) -> None:
         raise ApiError(415, f"unsupported media type {media_type!r}: send {JSON}")
 
 
-def _refuse_dry_run(values: object) -> None:
+def _refuse_dry_run(values: object, name: str = "") -> None:
     if values:
-        raise ApiError(400, "dryRun is not supported: sandboxes are claimed for real")
+        message = "dryRun is not supported: sandboxes are claimed for real"
+        raise ApiError(400, message, details=_details(name) if name else None)
 
 
 def _flag(value: str | None, name: str) -> bool:

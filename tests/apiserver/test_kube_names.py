@@ -10,11 +10,14 @@ and the SDK against a real ``serve`` are tests/fleet/test_kube_and_e2b.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from kubernetes.client import ApiClient, Configuration, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
 
 from sandboxctl.apiserver.e2b import E2bConfig, create_e2b_app
 from sandboxctl.apiserver.kube import create_kube_app
@@ -24,7 +27,7 @@ from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.store import SandboxStore
 from tests.apiserver.conftest import GROUP_PATH, SANDBOXES, T0, entry
-from tests.apiserver.helpers import AUTH, KUBE_TOKENS, serving
+from tests.apiserver.helpers import AUTH, KUBE_TOKEN, KUBE_TOKENS, serving
 
 KEY = "e2b_test_key"
 # What serve gives both APIs: the e2b aliases, pointed at its template (fleet/template.py).
@@ -132,6 +135,30 @@ def test_a_refused_create_names_the_object_in_its_details_and_message(
     bad = plain.post(SANDBOXES, json=past).json()
     assert (bad["code"], bad["details"]["name"]) == (400, "web")
     assert bad["message"].startswith('Sandbox "web": spec.shutdownTime')
+
+
+def test_dry_run_is_refused_naming_the_object(plain: httpx.Client) -> None:
+    created = plain.post(SANDBOXES, params={"dryRun": "All"}, json=web()).json()
+    assert (created["code"], created["details"]["name"]) == (400, "web")
+    deleted = plain.delete(f"{SANDBOXES}/a1", params={"dryRun": "All"}).json()
+    assert (deleted["code"], deleted["details"]["name"]) == (400, "a1")
+
+
+def test_the_kubernetes_client_gets_by_id_and_reads_a_named_refusal(store: SandboxStore) -> None:
+    """The official Python client, as a user's program calls it."""
+    with serving(create_kube_app(store, KUBE_TOKENS)) as url:
+        configuration = Configuration(host=url, api_key={"authorization": f"Bearer {KUBE_TOKEN}"})
+        with ApiClient(configuration) as client:
+            api = CustomObjectsApi(client)
+            where = ("agents.x-k8s.io", "v1beta1", "default", "sandboxes")
+            obj = api.get_namespaced_custom_object(*where, "sb-default-a1")
+            assert obj["metadata"]["name"] == "a1"
+            with pytest.raises(ApiException) as raised:
+                api.create_namespaced_custom_object(*where, web("nosuch"))
+            client.rest_client.pool_manager.clear()  # its kept-alive connections: the server stops
+    assert raised.value.status == 422
+    status = json.loads(raised.value.body)
+    assert status["details"]["name"] == "web"
 
 
 def test_a_refused_generate_name_says_it_was_one(plain: httpx.Client) -> None:
