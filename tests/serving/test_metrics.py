@@ -1,0 +1,88 @@
+"""The request latency histogram every service installs (serving/metrics.py), on a small
+app of its own over loopback HTTP: labels a client cannot multiply, and the metrics
+listener's own app."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from starlette.responses import Response
+
+from sandboxctl.serving.apps import HttpError, install_error_handlers, json_app
+from sandboxctl.serving.metrics import NAME, RequestTimes, metrics_app, timed
+from tests.apiserver.helpers import serving
+
+
+def _counts(text: str) -> dict[str, float]:
+    pattern = rf"^{NAME}_count\{{(.*)\}} ([0-9.e+]+)$"
+    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, text, re.MULTILINE)}
+
+
+@pytest.fixture
+def times() -> RequestTimes:
+    return RequestTimes()
+
+
+@pytest.fixture
+def url(times: RequestTimes) -> Iterator[str]:
+    app = json_app("test")
+
+    @app.get("/items/{item_id}")
+    def item(item_id: str) -> Response:
+        return Response(item_id)
+
+    @app.get("/boom")
+    def boom() -> Response:
+        raise RuntimeError("a bug")
+
+    install_error_handlers(
+        app,
+        translate=lambda _, error: HttpError(500, str(error)),
+        unmatched=lambda status, detail: HttpError(status, detail),
+    )
+    with serving(timed(app, times, "test")) as base:
+        yield base
+
+
+def test_series_are_by_route_template_and_a_client_cannot_add_any(
+    url: str, times: RequestTimes
+) -> None:
+    with httpx.Client(base_url=url) as client:
+        for item in ("abc", "xyz", "s3cr3t-id"):
+            assert client.get(f"/items/{item}").status_code == 200
+        assert client.request("PROPFIND", "/items/abc").status_code == 405
+        assert client.get("/nope/123").status_code == 404
+        assert client.get("/another/unknown/path").status_code == 404
+        assert client.get("/boom").status_code == 500
+
+    text = times.render().decode()
+    label = 'method="{}",route="{}",service="test",status="{}"'
+    assert _counts(text) == {
+        label.format("GET", "/items/{item_id}", 200): 3,
+        label.format("other", "/items/{item_id}", 405): 1,
+        label.format("GET", "unmatched", 404): 2,
+        label.format("GET", "/boom", 500): 1,
+    }
+    for sent in ("abc", "xyz", "s3cr3t-id", "PROPFIND", "nope", "another"):
+        assert sent not in text
+
+
+def test_without_times_the_app_is_served_as_it_is() -> None:
+    app = json_app("test")
+    assert timed(app, None, "test") is app
+
+
+def test_the_metrics_listener_serves_metrics_and_health_only(times: RequestTimes) -> None:
+    times.of("test")("/x", "GET", "200", 0.002)
+    with serving(metrics_app(times)) as base:
+        metrics = httpx.get(f"{base}/metrics")
+        assert metrics.status_code == 200
+        assert metrics.headers["content-type"].startswith("text/plain")
+        assert f'{NAME}_bucket{{le="0.0025",method="GET",route="/x"' in metrics.text
+        assert httpx.get(f"{base}/healthz").status_code == 204
+        other = httpx.get(f"{base}/sandboxes")
+        assert other.status_code == 404
+        assert other.json() == {"error": "only GET /metrics and GET /healthz are served here"}
