@@ -10,11 +10,15 @@ answer is data (:class:`PollResult`), which each caller judges.
 
 from __future__ import annotations
 
+import http.client
+import ssl
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+import httpx  # loaded by the agent API's client in any case
 
 from sandboxctl.agentapi.errors import AgentAnswerError, AgentError, AgentUnreachable
 from sandboxctl.agentapi.mapping import ADVERTISE_FIELD, inventory_from_agent
@@ -24,7 +28,6 @@ from sandboxctl.core.model import NodeInventory, inventory_from_object
 from sandboxctl.core.names import NODE_INVENTORIES, SANDBOXES
 
 if TYPE_CHECKING:  # the Kubernetes client loads only for a kube read (about a second)
-    import httpx
     from kubernetes.client import ApiClient
 
     from sandboxctl.agentapi.models import AgentInfo, SandboxRow
@@ -184,14 +187,67 @@ def read_agents(
     return AgentsRead(inventories, results)
 
 
-def _plain_transport(address: str) -> httpx.HTTPTransport | None:
-    """For a plain-HTTP agent, a transport that loads no certificates: the default one
-    reads the whole CA bundle (40 ms), a one-shot read's largest cost on loopback."""
-    import httpx
-
+def _plain_transport(address: str) -> OneShotTransport | None:
+    """For a plain-HTTP agent, the one-shot transport (no certificates to load)."""
     if "://" in address and not address.startswith("http://"):
         return None
-    return httpx.HTTPTransport(verify=False)
+    return OneShotTransport()
+
+
+class OneShotTransport(httpx.BaseTransport):
+    """HTTP on the standard library, one connection per request, for a read made once.
+
+    httpx's own transport loads httpcore, h2 and anyio, and its default one reads the whole
+    CA bundle: together about a tenth of a second of a verb's start, more than a read on
+    loopback takes. Failures are httpx's exceptions, so the agent client reads them as it
+    reads its own transport's. ``ssl_context``: what to trust over HTTPS (default: the
+    system's)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        timeouts = request.extensions.get("timeout", {})
+        if url.scheme == "https":
+            context = self._ssl or ssl.create_default_context()
+            port = url.port or 443
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                url.host, port, timeout=timeouts.get("connect"), context=context
+            )
+        else:
+            connection = http.client.HTTPConnection(
+                url.host, url.port or 80, timeout=timeouts.get("connect")
+            )
+        try:
+            _connect(connection, request)
+            connection.sock.settimeout(timeouts.get("read"))
+            headers = {**request.headers, "Accept-Encoding": "identity"}  # nothing to decode
+            try:
+                connection.request(request.method, url.raw_path.decode("ascii"),
+                                   body=request.read() or None, headers=headers)  # fmt: skip
+                answer = connection.getresponse()
+                content = answer.read()
+            except TimeoutError as error:
+                raise httpx.ReadTimeout(str(error) or "timed out", request=request) from error
+            except (OSError, http.client.HTTPException) as error:
+                raise httpx.ReadError(
+                    str(error) or type(error).__name__, request=request
+                ) from error
+        finally:
+            connection.close()
+        return httpx.Response(
+            answer.status, headers=answer.getheaders(), content=content, request=request
+        )
+
+
+def _connect(connection: http.client.HTTPConnection, request: httpx.Request) -> None:
+    try:
+        connection.connect()
+    except TimeoutError as error:
+        raise httpx.ConnectTimeout(str(error) or "timed out", request=request) from error
+    except OSError as error:  # refused, unreachable, a TLS handshake that failed
+        raise httpx.ConnectError(str(error) or type(error).__name__, request=request) from error
 
 
 # --- one list of the NodeInventory objects -------------------------------------------------

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx  # loaded by the agent API's client in any case
+
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import FreshnessRule
@@ -28,6 +30,7 @@ from sandboxctl.inventory.live import (
     READ_TIMEOUT,
     AgentsRead,
     MeshStartError,
+    OneShotTransport,
     check_answers,
     list_node_inventories,
     read_agents,
@@ -218,22 +221,18 @@ def _state_dir_status(
     return _agents_status(read, rule, clock, f"serve's state dir {source.state_dir}", endpoints)
 
 
-def _trusting(ca_pem: bytes | None) -> ssl.SSLContext | bool:
-    return ssl.create_default_context(cadata=ca_pem.decode("ascii")) if ca_pem else True
+def _trusting(ca_pem: bytes | None) -> ssl.SSLContext | None:
+    return ssl.create_default_context(cadata=ca_pem.decode("ascii")) if ca_pem else None
 
 
-def _probe(url: str, verify: ssl.SSLContext | bool = False) -> str:
-    """ "" when ``url`` answers below 400, else why not (one line). Plain HTTP needs no
-    certificates loaded (``verify`` False); HTTPS passes what to trust."""
-    import httpx
-
-    parts = urlsplit(url)
-    if not parts.netloc:
+def _probe(url: str, trust: ssl.SSLContext | None = None) -> str:
+    """ "" when ``url`` answers below 400, else why not (one line). ``trust``: what to
+    trust over HTTPS (the system's certificates by default)."""
+    if not urlsplit(url).netloc:
         return "not in the state dir"
-    if parts.scheme == "https" and verify is False:
-        verify = True
     try:
-        response = httpx.get(url, timeout=PROBE_TIMEOUT, verify=verify)
+        with httpx.Client(transport=OneShotTransport(trust), timeout=PROBE_TIMEOUT) as http:
+            response = http.get(url)
     except httpx.HTTPError as error:
         return " ".join((str(error) or type(error).__name__).split())
     if response.status_code >= 400:
