@@ -41,10 +41,6 @@ class MeshStartError(SandboxctlError):
     seed."""
 
 
-class NoNodeInventories(ConfigurationError):
-    """The Kubernetes API named has no NodeInventory resource (one line, exit 2)."""
-
-
 class AgentReads(Protocol):
     """The reads mesh mode needs from one agent."""
 
@@ -265,7 +261,8 @@ def list_node_inventories(kubeconfig: Path | None) -> tuple[list[NodeInventory],
         try:
             listed = CustomObjects(api, NODE_INVENTORIES).list()
         except KubeNotFound:
-            raise NoNodeInventories(_not_served(api, server, kubeconfig)) from None
+            # Not the 404 alone: what this server is, and where NodeInventory lives.
+            raise ConfigurationError(_not_served(api, server, kubeconfig)) from None
     finally:
         api.close()  # type: ignore[no-untyped-call]
     inventories = []

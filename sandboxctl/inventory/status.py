@@ -46,10 +46,6 @@ SERVE_SANDBOXD_PORT = 7777  # serve's default --sandboxd-port (cli/serve.py)
 PROBE_TIMEOUT = 2.0  # seconds for an endpoint's health answer
 
 
-class FleetUnreachable(MeshStartError):
-    """No agent of the fleet answered a one-shot read (one line, exit 2)."""
-
-
 @dataclass(frozen=True, slots=True)
 class FromStateDir:
     """The fleet ``serve`` runs over ``state_dir``; ``seeds`` name its agent when serve
@@ -214,7 +210,7 @@ def _state_dir_status(
     check_answers(read.results, need_an_answer=False)
     if need_a_node and not read.inventories:
         failed = ", ".join(f"{r.address} ({r.reason})" for r in read.results)
-        raise FleetUnreachable(
+        raise MeshStartError(
             f"no sandboxd of the fleet in {source.state_dir} answered: {failed}: is serve "
             f"running? (serve with another --sandboxd-port: name it with --sandboxd-seeds)"
         )
