@@ -4,7 +4,6 @@ sandbox, never held whole in memory. Errors are ``{"code": <http status>, "messa
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import posixpath
 import zlib
@@ -16,6 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from sandboxctl.envd.connect import STATUS, ConnectError
 from sandboxctl.envd.host import Command
+from sandboxctl.envd.hostprocess import HostProcess
 from sandboxctl.envd.multipart import Begin, Data, End, MultipartError, MultipartParser, boundary_of
 from sandboxctl.envd.target import Target, sandbox_path
 
@@ -146,7 +146,7 @@ async def _write_body(target: Target, request: Request, path: str, gzipped: bool
 class _Writer:
     """``cat > path`` inside the sandbox, fed as the body arrives."""
 
-    def __init__(self, target: Target, path: str, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, target: Target, path: str, process: HostProcess) -> None:
         self.target = target
         self.path = path
         self.process = process

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from sandboxctl.envd.connect import ConnectError, end_of_stream, envelope
 from sandboxctl.envd.connect import field as get
 from sandboxctl.envd.host import Command, StartedCommand
+from sandboxctl.envd.hostprocess import HostProcess
 from sandboxctl.envd.outlet import Outlet
 from sandboxctl.envd.target import HOME, Target, sandbox_path
 
@@ -63,7 +64,7 @@ class Proc:
     pid: int  # inside the sandbox; ``process`` is what was spawned on the host
     config: dict[str, Any]
     tag: str | None
-    process: asyncio.subprocess.Process
+    process: HostProcess
     target: Target
     terminal: int | None = None  # the pty's controller fd: the command's input and output
     session: int | None = None  # with a pty: the command's host pid, its own session
@@ -238,6 +239,8 @@ class ProcessService:
         finally:
             for reader in readers:
                 reader.task.cancel()
+            if not ended:  # the server stops while it runs: let go, in this loop, unkilled
+                process.release()
             if proc.terminal is not None:
                 await asyncio.wait([r.task for r in readers])  # it stops watching the fd
                 self._close_terminal(proc.target.id, proc.terminal)  # a job on it: SIGHUP

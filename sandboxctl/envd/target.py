@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from sandboxctl.envd.connect import ConnectError
 from sandboxctl.envd.host import SANDBOX_HOME, Command, RunningSandbox, SandboxUnavailable
+from sandboxctl.envd.hostprocess import HostProcess, spawn
 
 HOME = SANDBOX_HOME
 # How long a command may take to appear inside a (loaded) sandbox.
@@ -31,9 +32,7 @@ class Target:
     def log(self, message: str, level: str = "info", **fields: str) -> None:
         self.sandbox.log(message, level, **fields)
 
-    async def spawn(
-        self, command: Command, terminal: int | None = None
-    ) -> asyncio.subprocess.Process:
+    async def spawn(self, command: Command, terminal: int | None = None) -> HostProcess:
         """Start ``command`` inside the sandbox, in a session of its own; with
         ``terminal`` (a pty's follower fd) as its stdin, stdout and stderr. Raises
         SandboxUnavailable when the sandbox is gone, BadCommand for a command the
@@ -49,15 +48,8 @@ class Target:
         if terminal is not None:
             command = replace(command, stdin="terminal")
         entry = await asyncio.to_thread(self.sandbox.enter, command)
-        pipe = asyncio.subprocess.PIPE
-        process = await asyncio.create_subprocess_exec(
-            *entry.argv,
-            stdin=pipe,  # the entry's script first, then the command's own input if any
-            stdout=terminal if terminal is not None else pipe,
-            stderr=terminal if terminal is not None else pipe,
-            env=dict(entry.env),
-            start_new_session=True,
-        )
+        # Its stdin takes the entry's script first, then the command's own input if any.
+        process = await spawn(entry.argv, entry.env, terminal)
         try:
             host_pid = pid = process.pid
             if wait_entered:
@@ -68,7 +60,7 @@ class Target:
             raise
         return Started(process, host_pid, pid)
 
-    async def _entered(self, process: asyncio.subprocess.Process) -> tuple[int, int]:
+    async def _entered(self, process: HostProcess) -> tuple[int, int]:
         """(host pid, pid inside the sandbox) of a command just spawned, once it is there,
         waiting for its script: the pid ``ps`` and ``$$`` show in the sandbox."""
         loop = asyncio.get_running_loop()
@@ -97,14 +89,14 @@ class Target:
             raise
         return process.returncode if process.returncode is not None else -1, out, err
 
-    async def kill(self, process: asyncio.subprocess.Process, session: int | None = None) -> None:
+    async def kill(self, process: HostProcess, session: int | None = None) -> None:
         if process.returncode is None:
             await asyncio.to_thread(self.signal, process.pid, signal.SIGKILL, session)
             with contextlib.suppress(ProcessLookupError):
                 process.kill()  # nsenter itself, once its child is gone or never started
             await process.wait()
 
-    def kill_soon(self, process: asyncio.subprocess.Process, session: int | None = None) -> None:
+    def kill_soon(self, process: HostProcess, session: int | None = None) -> None:
         """``kill`` in a task of its own: safe in a ``finally`` of a stream the client cut
         off, where anyio's cancellation would interrupt any await."""
         if process.returncode is None:
@@ -128,14 +120,12 @@ class Started:
     signalled and waited for), the command's own host pid, and its pid inside the
     sandbox (what the client sees)."""
 
-    process: asyncio.subprocess.Process
+    process: HostProcess
     host_pid: int
     pid: int
 
 
-async def _write_script(
-    process: asyncio.subprocess.Process, script: bytes, keep_open: bool
-) -> None:
+async def _write_script(process: HostProcess, script: bytes, keep_open: bool) -> None:
     stdin = process.stdin
     assert stdin is not None
     try:

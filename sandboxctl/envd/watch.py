@@ -15,6 +15,7 @@ from typing import Any
 from sandboxctl.envd.connect import ConnectError, end_of_stream, envelope
 from sandboxctl.envd.connect import field as get
 from sandboxctl.envd.host import Command
+from sandboxctl.envd.hostprocess import HostProcess
 from sandboxctl.envd.outlet import Outlet
 from sandboxctl.envd.target import Target, sandbox_path
 
@@ -79,7 +80,7 @@ while True:
 class Watcher:
     id: str
     target: Target
-    process: asyncio.subprocess.Process
+    process: HostProcess
     events: list[dict[str, Any]] = field(default_factory=list)
     listeners: set[Outlet[dict[str, Any] | None]] = field(default_factory=set)
     reader: asyncio.Task[None] | None = None

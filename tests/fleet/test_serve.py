@@ -284,3 +284,28 @@ def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process
     assert adopted.commands.kill(pid) is False
     assert again.stop() == 0, again.output()
     _no_sandbox_left(fleet.uid_base)
+
+
+def test_a_stop_with_background_commands_running_is_clean(start) -> None:  # type: ignore[no-untyped-def]
+    fleet = start()
+    env = fleet.e2b_env
+    sdk = {
+        "api_key": env["E2B_API_KEY"],
+        "api_url": env["E2B_API_URL"],
+        "sandbox_url": env["E2B_SANDBOX_URL"],
+    }
+    sandbox = create_sandbox(sdk)
+    quiet = sandbox.commands.run("sleep 100", background=True)
+    talking = sandbox.commands.run("while :; do echo hi; sleep 0.1; done", background=True)
+    fed = sandbox.commands.run("cat", background=True, stdin=True)
+    listed = {p.pid for p in sandbox.commands.list()}
+    assert {quiet.pid, talking.pid, fed.pid} <= listed
+    for handle in (quiet, talking, fed):  # as a script that started them and ended does
+        handle.disconnect()
+
+    assert fleet.stop() == 0, fleet.output()
+    output = fleet.output()
+    assert "stopped; sandboxes destroyed" in output
+    for broken in ("Traceback", "Event loop is closed", "that handles pid", "Exception ignored"):
+        assert broken not in output, output
+    _no_sandbox_left(fleet.uid_base)
