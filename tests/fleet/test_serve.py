@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import ssl
 import stat
 import subprocess
@@ -254,6 +255,7 @@ def test_a_refused_start_names_its_first_cause_and_changes_nothing(  # type: ign
     assert sorted(runtime_root.iterdir()) == runtime_dirs  # the gone one included
     assert fleet.process.poll() is None
     assert fleet.stop() == 0, fleet.output()
+    shutil.rmtree(gone)
 
 
 def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process(  # type: ignore[no-untyped-def]
