@@ -8,6 +8,7 @@ what reads the fleet is imported only when the command runs."""
 from __future__ import annotations
 
 import enum
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -119,6 +120,7 @@ def status(
     ] = DEFAULT_INTERVAL,
 ) -> None:
     """Show a fleet at a glance: its endpoints, nodes, warm pools, sandboxes and templates."""
+    _without_httpx_cli()
     from sandboxctl.inventory.status import collect_status
 
     chosen = _source(source, state_dir, seeds, token_file, kubeconfig)
@@ -129,6 +131,14 @@ def status(
         _draw(collect_status(chosen, rule), output, clear=False)
         return
     _watch(chosen, rule, output, interval)
+
+
+def _without_httpx_cli() -> None:
+    """Keep httpx's own command line out of this process. httpx imports it whenever click,
+    rich and pygments are installed (they are, with typer): a third of this verb's start,
+    for a program sandboxctl never runs. Without it httpx defines a stand-in."""
+    if "httpx" not in sys.modules:
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]  # import stops here
 
 
 def _source(
