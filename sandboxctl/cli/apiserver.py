@@ -4,6 +4,7 @@ beside it the e2b-compatible API when e2b keys (or anonymous mode) are configure
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -269,7 +270,7 @@ def serve_apiserver(
             store,
             None if delegated else tokens,
             stopping=manager.stopping.is_set,
-            aliases=e2b_config.aliases if e2b_config is not None else DEFAULT_ALIASES,
+            aliases=template_aliases(e2b_config),
         )
         if delegated is not None and isinstance(mesh, KubeSource):
             app = delegated.wrap(app, mesh)
@@ -286,6 +287,12 @@ def serve_apiserver(
         served = Served(listeners, tls=tls, tls_only=apis, bounds=bounds)
         manager.add(served, Group.SERVERS)
         run_until_stopped(manager)
+
+
+def template_aliases(e2b_config: E2bConfig | None) -> Mapping[str, tuple[str, str]]:
+    """The aliases a Sandbox's image is read through: the e2b API's, so both APIs read a
+    template name alike (the defaults when the e2b API is off)."""
+    return e2b_config.aliases if e2b_config is not None else DEFAULT_ALIASES
 
 
 def e2b_settings(
