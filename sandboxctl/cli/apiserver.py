@@ -4,9 +4,12 @@ beside it the e2b-compatible API when e2b keys (or anonymous mode) are configure
 from __future__ import annotations
 
 import contextlib
+import logging
+import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -79,8 +82,8 @@ from sandboxctl.core.leases import (
 )
 from sandboxctl.lifecycle import Group
 from sandboxctl.secretfiles import read_secret
-from sandboxctl.serving import Served, bind, tls_files
-from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
+from sandboxctl.serving import Served, Tls, bind, tls_files
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS, ReadBounds
 from sandboxctl.serving.metrics import RequestTimes, metrics_app, timed
 
 
@@ -215,7 +218,7 @@ def serve_apiserver(
         e2b_alias_file,
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
-    metrics_address = parse_listen("--metrics-listen", metrics_listen) if metrics_listen else None
+    metrics = MetricsListener.parse(metrics_listen)
     mesh = fleet_source(
         source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
     )
@@ -239,8 +242,7 @@ def serve_apiserver(
         sock = running.enter_context(bind(host, port))  # a taken port fails first
         port = sock.getsockname()[1]  # --listen HOST:0 picked one
         e2b_sock = running.enter_context(bind(*e2b_address)) if e2b_address else None
-        metrics_sock = running.enter_context(bind(*metrics_address)) if metrics_address else None
-        times = RequestTimes() if metrics_sock is not None else None
+        times = metrics.bind(running)
         store = running.enter_context(mesh.store(rule))
         driver = warm_pool_settings(
             warm_pool_sync_interval, leader_election_namespace, leader_election_lease_duration,
@@ -280,13 +282,43 @@ def serve_apiserver(
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
             log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
             listeners.append((create_e2b_app(store, e2b_config, times), e2b_sock))
-        apis = [listening for _, listening in listeners]  # HTTPS with TLS; /metrics plain
-        if times is not None and metrics_sock is not None:
-            log.info("serving /metrics on %s", server_url(*metrics_sock.getsockname()[:2]))
-            listeners.append((metrics_app(times), metrics_sock))
-        served = Served(listeners, tls=tls, tls_only=apis, bounds=bounds)
-        manager.add(served, Group.SERVERS)
+        manager.add(metrics.served(listeners, tls, bounds, log), Group.SERVERS)
         run_until_stopped(manager)
+
+
+@dataclass
+class MetricsListener:
+    """``--metrics-listen``: its address (checked before anything binds), then its socket
+    and the request histograms the two APIs fill; nothing of it without the flag."""
+
+    address: tuple[str, int] | None
+    times: RequestTimes | None = None
+    sock: socket.socket | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> MetricsListener:
+        return cls(parse_listen("--metrics-listen", text) if text else None)
+
+    def bind(self, running: contextlib.ExitStack) -> RequestTimes | None:
+        """Listen now (a taken port fails before anything serves); the histograms."""
+        if self.address is not None:
+            self.sock = running.enter_context(bind(*self.address))
+            self.times = RequestTimes()
+        return self.times
+
+    def served(
+        self,
+        apis: list[tuple[Any, socket.socket]],
+        tls: Tls | None,
+        bounds: ReadBounds,
+        log: logging.Logger,
+    ) -> Served:
+        """The APIs' listeners, HTTPS with ``tls``, and this one's, plain HTTP."""
+        listeners = list(apis)
+        if self.times is not None and self.sock is not None:
+            log.info("serving /metrics on %s", server_url(*self.sock.getsockname()[:2]))
+            listeners.append((metrics_app(self.times), self.sock))
+        return Served(listeners, tls=tls, tls_only=[s for _, s in apis], bounds=bounds)
 
 
 def template_aliases(e2b_config: E2bConfig | None) -> Mapping[str, tuple[str, str]]:
