@@ -33,6 +33,7 @@ from sandboxctl.core.freshness import (
     DEFAULT_STALE_AFTER,
     ReferenceMode,
 )
+from sandboxctl.core.statedir import DEFAULT_STATE_DIR
 from sandboxctl.core.templates import DEFAULT_TEMPLATE, HOST_ROOT
 from sandboxctl.fleet import DEFAULT_DOMAIN, Fleet, Ports, run_fleet
 from sandboxctl.fleet.run import refuse_state_dir_in_use
@@ -44,7 +45,6 @@ from sandboxctl.sandboxd.templates.store import DEFAULT_STORE, check_store
 from sandboxctl.serving import bind
 from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
 
-DEFAULT_STATE_DIR = Path(".sandboxctl")
 WARM = 2  # the default pool: this many warm sandboxes of --template
 
 

@@ -15,8 +15,20 @@ from typing import TYPE_CHECKING
 
 from sandboxctl.apiserver.auth import KubeTokens, first_token, load_kube_tokens, token_line
 from sandboxctl.apiserver.e2b import load_api_keys
-from sandboxctl.apiserver.kubeconfig import write_kubeconfig
+from sandboxctl.apiserver.kubeconfig import server_url, write_kubeconfig
 from sandboxctl.core.errors import ConfigurationError
+from sandboxctl.core.statedir import (
+    AGENT_DIR,
+    ENDPOINTS_FILE,
+    ENV_FILE,
+    ENVD_SECRET_FILE,
+    KEY_FILE,
+    KUBE_TOKEN_FILE,
+    KUBECONFIG_FILE,
+    TOKEN_FILE,
+    ServeEndpoints,
+    endpoints_text,
+)
 from sandboxctl.secretfiles import create_secret, write_private
 
 if TYPE_CHECKING:
@@ -25,13 +37,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandboxctl.serve")
 
 NAMESPACE = "default"
-KEY_FILE = "e2b-api-keys"
-ENVD_SECRET_FILE = "envd-secret"
-TOKEN_FILE = "sandboxd-token"
-KUBE_TOKEN_FILE = "kube-tokens"
-ENV_FILE = "e2b.env"
-KUBECONFIG_FILE = "kubeconfig"
-AGENT_DIR = "sandboxd"
+__all__ = [  # the file names are core.statedir's, which status reads without serve's stack
+    "AGENT_DIR",
+    "ENV_FILE",
+    "KUBECONFIG_FILE",
+    "NAMESPACE",
+    "TOKEN_FILE",
+    "Secrets",
+    "prepare_state_dir",
+    "write_client_files",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +88,8 @@ def prepare_state_dir(state_dir: Path) -> Secrets:
 
 def write_client_files(fleet: Fleet, found: Secrets, kube_ca: Path) -> None:
     """DIR/e2b.env for the e2b SDK and DIR/kubeconfig (the first kube token, and the
-    Sandbox API's certificate to trust) for kubectl, both 0600."""
+    Sandbox API's certificate to trust) for kubectl, and DIR/endpoints.json (the agent's
+    address and the metrics listener, which neither names) for ``status``; all 0600."""
     env = (
         f"E2B_API_URL={fleet.url(fleet.ports.e2b)}\n"
         f"E2B_SANDBOX_URL={fleet.url(fleet.ports.proxy)}\n"
@@ -83,3 +99,6 @@ def write_client_files(fleet: Fleet, found: Secrets, kube_ca: Path) -> None:
     write_kubeconfig(
         fleet.state_dir / KUBECONFIG_FILE, fleet.kube_url, found.kube_token, kube_ca.read_bytes()
     )
+    metrics = server_url("127.0.0.1", fleet.ports.metrics) if fleet.ports.metrics else ""
+    endpoints = ServeEndpoints(sandboxd=fleet.agent_addr, metrics=metrics)
+    write_private(fleet.state_dir / ENDPOINTS_FILE, endpoints_text(endpoints))
