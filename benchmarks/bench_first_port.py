@@ -20,28 +20,24 @@ nothing outside it.
 from __future__ import annotations
 
 import http.client
-import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks import Row, with_target
-from benchmarks.bench_envd import _serving, _wait
-from benchmarks.bench_network import _agent, _unavailable
+from benchmarks.bench_envd import _wait
+from benchmarks.bench_network import _unavailable, proxy_over, served_agent
 from benchmarks.timing import Timing
 from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.host import Command
 from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
-from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 
 if TYPE_CHECKING:
     from sandboxctl.store import SandboxStore
@@ -64,27 +60,13 @@ def run() -> Iterator[Row]:
     if reason:
         yield {"benchmark": NAME, "case": "skipped", "reason": reason}
         return
-    from sandboxctl.core.freshness import FreshnessRule
-    from sandboxctl.inventory.mesh import MeshInventorySource
-    from sandboxctl.proxy import create_proxy_app
-    from sandboxctl.store import SandboxStore
-    from sandboxctl.store.nodes import NodeAccess
 
     with ExitStack() as stack:
         folder = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-port-", dir="/tmp"))
         folder.chmod(0o711)
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        network = SandboxNetwork(secrets.token_hex(8), "auto", None, folder)
-        agent = _agent(stack, folder / "state", UID_BASE, network)
-        address = agent.settings.advertise_addr
-        stack.enter_context(_serving(create_app(agent, TOKEN), int(address.rpartition(":")[2])))
-        source = MeshInventorySource([address], TOKEN, poll_interval=timedelta(seconds=0.2))
-        source.start()
-        stack.callback(source.stop)
-        store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
-        stack.callback(store.close)
-        proxy_url = stack.enter_context(_serving(create_proxy_app(store, SECRET, DOMAIN)))
-        proxy_port = int(proxy_url.rpartition(":")[2])
+        agent = served_agent(stack, folder, UID_BASE, TOKEN)
+        store, proxy_port = proxy_over(stack, agent.settings.advertise_addr, TOKEN, SECRET, DOMAIN)
         samples = [_first_answer(agent, store, proxy_port) for _ in range(RUNS)]
         timing = Timing(tuple(sorted(samples)))
         row = {

@@ -18,25 +18,21 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import timedelta
 from pathlib import Path
 
 from benchmarks import Row, with_target
-from benchmarks.bench_envd import _serving, _wait
-from benchmarks.bench_network import _agent, _unavailable
+from benchmarks.bench_envd import _wait
+from benchmarks.bench_network import _unavailable, proxy_over, served_agent
 from benchmarks.timing import Timing
 from sandboxctl.agentapi import ClaimRequest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.envd.host import Command
 from sandboxctl.sandboxd import entering
-from sandboxctl.sandboxd.api import create_app
-from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 
 NAME = "guest_framing"
 WARM = PoolKey("base")
@@ -80,28 +76,15 @@ def run() -> Iterator[Row]:
     if reason:
         yield {"benchmark": NAME, "case": "skipped", "reason": reason}
         return
-    from sandboxctl.core.freshness import FreshnessRule
     from sandboxctl.core.ids import SandboxId
-    from sandboxctl.inventory.mesh import MeshInventorySource
-    from sandboxctl.proxy import create_proxy_app
-    from sandboxctl.store import SandboxStore
-    from sandboxctl.store.nodes import NodeAccess
 
     with ExitStack() as stack:
         folder = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-framing-", dir="/tmp"))
         folder.chmod(0o711)
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        network = SandboxNetwork(secrets.token_hex(8), "auto", None, folder)
-        agent = _agent(stack, folder / "state", UID_BASE, network)
-        address = agent.settings.advertise_addr
-        stack.enter_context(_serving(create_app(agent, TOKEN), int(address.rpartition(":")[2])))
-        source = MeshInventorySource([address], TOKEN, poll_interval=timedelta(seconds=0.2))
-        source.start()
-        stack.callback(source.stop)
-        store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
-        stack.callback(store.close)
-        proxy_url = stack.enter_context(_serving(create_proxy_app(store, SECRET, DOMAIN)))
-        proxy = ("127.0.0.1", int(proxy_url.rpartition(":")[2]))
+        agent = served_agent(stack, folder, UID_BASE, TOKEN)
+        store, proxy_port = proxy_over(stack, agent.settings.advertise_addr, TOKEN, SECRET, DOMAIN)
+        proxy = ("127.0.0.1", proxy_port)
 
         agent.set_pools({WARM: 1})
         agent.refill_once()
@@ -116,7 +99,7 @@ def run() -> Iterator[Row]:
         stack.callback(process.wait)
         stack.callback(process.kill)
 
-        agent_host, _, agent_port = address.rpartition(":")
+        agent_host, _, agent_port = agent.settings.advertise_addr.rpartition(":")
         paths = {
             "straight from the proxy": (
                 proxy,

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks import Row, with_target
 from benchmarks.bench_envd import _free_port, _serving, _wait
@@ -57,6 +58,9 @@ from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
 from sandboxctl.sandboxd.guestports import connect_inside
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from sandboxctl_testing.nethost import NetHost, net_host
+
+if TYPE_CHECKING:
+    from sandboxctl.store import SandboxStore
 
 NAME = "network"
 WARM = PoolKey("base")
@@ -131,6 +135,36 @@ def run() -> Iterator[Row]:
         host = stack.enter_context(net_host(extra_addresses=1))
         yield _throughput(networked, host)
         yield from _guest_port(stack, networked, address)
+
+
+def served_agent(stack: ExitStack, folder: Path, uid_base: int, token: str) -> Agent:
+    """An agent with an auto-subnet network (state in ``folder/state``), its API served on
+    its address with ``token``."""
+    network = SandboxNetwork(secrets.token_hex(8), "auto", None, folder)
+    agent = _agent(stack, folder / "state", uid_base, network)
+    address = agent.settings.advertise_addr
+    stack.enter_context(_serving(create_app(agent, token), int(address.rpartition(":")[2])))
+    return agent
+
+
+def proxy_over(
+    stack: ExitStack, address: str, token: str, secret: bytes, domain: str
+) -> tuple[SandboxStore, int]:
+    """The envd proxy over a store of the agent at ``address`` (polled every 0.2 s): the
+    store and the proxy's port."""
+    from sandboxctl.core.freshness import FreshnessRule
+    from sandboxctl.inventory.mesh import MeshInventorySource
+    from sandboxctl.proxy import create_proxy_app
+    from sandboxctl.store import SandboxStore
+    from sandboxctl.store.nodes import NodeAccess
+
+    source = MeshInventorySource([address], token, poll_interval=timedelta(seconds=0.2))
+    source.start()
+    stack.callback(source.stop)
+    store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(token))
+    stack.callback(store.close)
+    proxy_url = stack.enter_context(_serving(create_proxy_app(store, secret, domain)))
+    return store, int(proxy_url.rpartition(":")[2])
 
 
 def _agent(stack: ExitStack, state: Path, uid_base: int, network: SandboxNetwork | None) -> Agent:
@@ -246,12 +280,7 @@ def _throughput(agent: Agent, host: NetHost) -> Row:
 
 
 def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
-    from sandboxctl.core.freshness import FreshnessRule
     from sandboxctl.core.ids import SandboxId
-    from sandboxctl.inventory.mesh import MeshInventorySource
-    from sandboxctl.proxy import create_proxy_app
-    from sandboxctl.store import SandboxStore
-    from sandboxctl.store.nodes import NodeAccess
 
     record = agent.claim(ClaimRequest("base", ttl_seconds=600))
     for bind, port in (("0.0.0.0", 8000), ("127.0.0.1", 8001)):
@@ -263,13 +292,7 @@ def _guest_port(stack: ExitStack, agent: Agent, address: str) -> Iterator[Row]:
         guest = entering.popen(server)
         stack.callback(guest.wait)
         stack.callback(guest.kill)
-    source = MeshInventorySource([address], TOKEN, poll_interval=timedelta(seconds=0.2))
-    source.start()
-    stack.callback(source.stop)
-    store = SandboxStore(source, FreshnessRule(), nodes=NodeAccess(TOKEN))
-    stack.callback(store.close)
-    proxy_url = stack.enter_context(_serving(create_proxy_app(store, SECRET, DOMAIN)))
-    proxy_port = int(proxy_url.rpartition(":")[2])
+    _, proxy_port = proxy_over(stack, address, TOKEN, SECRET, DOMAIN)
     pid = agent.identity(record).pid
     pairs: dict[str, tuple[Timing, Timing]] = {}  # label -> (loopback, proxied), side by side
     for port, label in ((8000, "through the proxy"), (8001, "through the proxy and agent")):
