@@ -41,16 +41,18 @@ def create_secret(path: Path, text: str) -> str:
     return read_secret(str(path), path)
 
 
-def write_private(target: Path, text: str) -> None:
+def write_private(target: Path, text: str, sync: bool = True) -> None:
     """Replace ``target`` with ``text`` at once: a reader sees the old file or the new one,
-    never a part, and never a moment of a wider mode."""
+    never a part, and never a moment of a wider mode. ``sync=False`` skips the fsync, for
+    a file that means nothing after the host's crash or reboot."""
     descriptor, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
             os.fchmod(stream.fileno(), 0o600)
             stream.write(text)
             stream.flush()
-            os.fsync(stream.fileno())
+            if sync:
+                os.fsync(stream.fileno())
         os.replace(scratch, target)
     except BaseException:
         Path(scratch).unlink(missing_ok=True)

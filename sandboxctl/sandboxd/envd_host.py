@@ -1,28 +1,21 @@
 """The agent as envd sees it: :class:`sandboxctl.envd.host.Sandboxes` over the agent's
 records and runtime, so envd needs nothing from this package.
 
-The commands envd starts are also kept on disk (:class:`CommandBook`, in the agent's own
-state dir, which no sandbox can reach), so that an agent that restarts and adopts a
-sandbox still lists and kills the commands its earlier process started. Nothing read
-back is trusted as it stands: a remembered command counts only while its host pid is
-still the very process that was started (its start time), in this sandbox's pid
-namespace, with this sandbox's uid, and a signal goes only to such processes, each
-pinned by a pidfd before it is checked, so neither a stale entry nor a recycled pid can
-reach another sandbox's process or the host's."""
+The commands envd starts are also kept on disk (``commandbook.CommandBook``), so that an
+agent that restarts and adopts a sandbox still lists and kills the commands its earlier
+process started. :class:`RuntimeSandbox` applies the book's trust rule: a remembered
+command counts only while its host pid is still the very process that was started (its
+start time), in this sandbox's pid namespace, with this sandbox's uid, and a signal goes
+only to such processes, each pinned by a pidfd before it is checked."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
-import shutil
-import signal
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from sandboxctl.envd.host import (
     Command,
@@ -33,15 +26,12 @@ from sandboxctl.envd.host import (
 )
 from sandboxctl.sandboxd import procfs
 from sandboxctl.sandboxd.agent import Agent
+from sandboxctl.sandboxd.commandbook import COMMANDS_DIR, CommandBook
 from sandboxctl.sandboxd.errors import NoSuchSandbox
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
 
 log = logging.getLogger("sandboxctl.sandboxd")
-
-COMMANDS_DIR: Final = "envd-commands"  # in the agent's state dir: DIR/SANDBOX_ID/PID.json
-_SANDBOX_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_ENTRY: Final = re.compile(r"^([0-9]{1,10})\.json$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,65 +59,6 @@ class AgentSandboxes:
         except NoSuchSandbox:
             return False
         return True
-
-
-@dataclass(frozen=True, slots=True)
-class CommandBook:
-    """The commands envd started, one small file each (``DIR/SANDBOX_ID/PID.json``,
-    root's, 0600), written when a command starts and removed when it ends. Not synced:
-    an agent's restart keeps the page cache, and a host's reboot ends every command."""
-
-    directory: Path
-    holds: Callable[[str], bool]  # whether the agent still has this sandbox
-
-    def write(self, sandbox_id: str, pid: int, body: Mapping[str, Any]) -> None:
-        folder = self._folder(sandbox_id)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        scratch = folder / f".{pid}.json"
-        descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            json.dump(body, stream)
-        os.replace(scratch, folder / f"{pid}.json")
-
-    def remove(self, sandbox_id: str, pid: int) -> None:
-        (self._folder(sandbox_id) / f"{pid}.json").unlink(missing_ok=True)
-
-    def read(self, sandbox_id: str, skip: Collection[int]) -> list[tuple[int, Any]]:
-        """(pid, body) of each entry of ``sandbox_id`` but ``skip``'s; an unreadable one
-        is removed."""
-        found = []
-        try:
-            names = os.listdir(self._folder(sandbox_id))
-        except FileNotFoundError:
-            return []
-        for name in names:
-            match = _ENTRY.match(name)
-            if match is None or int(match[1]) in skip:
-                continue
-            pid = int(match[1])
-            try:
-                found.append((pid, json.loads((self._folder(sandbox_id) / name).read_text())))
-            except FileNotFoundError:
-                continue  # it ended meanwhile
-            except (OSError, ValueError):
-                self.remove(sandbox_id, pid)
-        return found
-
-    def prune(self) -> None:
-        """Drop the entries of every sandbox the agent no longer has: their commands
-        ended with them (an agent that stopped while they ran never removed theirs)."""
-        try:
-            folders = os.listdir(self.directory)
-        except FileNotFoundError:
-            return
-        for name in folders:
-            if _SANDBOX_ID.match(name) and not self.holds(name):
-                shutil.rmtree(self.directory / name, ignore_errors=True)
-
-    def _folder(self, sandbox_id: str) -> Path:
-        if not _SANDBOX_ID.match(sandbox_id):  # the agent's own ids; never a path
-            raise ValueError(f"not a sandbox id: {sandbox_id!r}")
-        return self.directory / sandbox_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +148,7 @@ class RuntimeSandbox:
         for pid in procfs.all_pids():
             stat = procfs.read_stat(pid)
             if stat is not None and stat.pgrp in groups:
-                self._signal_own(pid, groups, signal.Signals(sig))
+                procfs.signal_pinned(pid, lambda p: self._owns(p, groups), sig)
         return True
 
     def _running(self, pid: int, body: Any) -> tuple[StartedCommand, int] | None:
@@ -240,39 +171,17 @@ class RuntimeSandbox:
         alive = Identity(host_pid, start_time, self.identity.pid_namespace)
         if not procfs.matches(alive) or procfs.innermost_pid(host_pid) != pid:
             return None
-        if _uid_of(host_pid) != self.spec.uid:
+        if procfs.uid_of(host_pid) != self.spec.uid:
             return None
         return command, start_time
 
-    def _signal_own(self, pid: int, groups: set[int], sig: signal.Signals) -> None:
-        """Signal ``pid`` if, pinned by a pidfd, it is still in one of ``groups``, in this
-        sandbox's pid namespace, with its uid: never the host's nsenter (root, outside)
-        nor a process of another sandbox."""
-        try:
-            pidfd = os.pidfd_open(pid)
-        except (ProcessLookupError, OSError):
-            return
-        try:
-            stat = procfs.read_stat(pid)
-            if stat is None or stat.pgrp not in groups or stat.state in ("Z", "X"):
-                return
-            if procfs.pid_namespace(pid) != self.identity.pid_namespace:
-                return
-            if _uid_of(pid) != self.spec.uid:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, sig)
-        finally:
-            os.close(pidfd)
-
-
-def _uid_of(pid: int) -> int | None:
-    """The real uid of ``pid``, or None when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    for line in status.splitlines():
-        if line.startswith("Uid:"):
-            return int(line.split()[1])
-    return None
+    def _owns(self, pid: int, groups: set[int]) -> bool:
+        """Whether ``pid`` is in one of ``groups``, alive, in this sandbox's pid namespace,
+        with its uid: never the host's nsenter (root, outside) nor a process of another
+        sandbox."""
+        stat = procfs.read_stat(pid)
+        if stat is None or stat.pgrp not in groups or stat.state in ("Z", "X"):
+            return False
+        if procfs.pid_namespace(pid) != self.identity.pid_namespace:
+            return False
+        return procfs.uid_of(pid) == self.spec.uid

@@ -44,6 +44,38 @@ def read_stat(pid: int) -> ProcStat | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ProcStatus:
+    state: str  # as in ProcStat
+    uid: int  # real
+    euid: int  # effective
+    innermost_pid: int | None  # the last NSpid field: the pid its own namespace gives it
+
+
+def read_status(pid: int) -> ProcStatus | None:
+    """Fields of /proc/PID/status, or None if there is no such process."""
+    try:
+        text = (PROC / str(pid) / "status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, ids, innermost = "", [-1, -1], None
+    for line in text.splitlines():
+        if line.startswith("State:"):
+            state = line.split()[1]
+        elif line.startswith("Uid:"):
+            ids = [int(x) for x in line.split()[1:3]]
+        elif line.startswith("NSpid:"):
+            innermost = int(line.split()[-1])
+            break  # after State and Uid; kernels without it read to the end
+    return ProcStatus(state=state, uid=ids[0], euid=ids[1], innermost_pid=innermost)
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid of ``pid``, or None when it is gone."""
+    status = read_status(pid)
+    return None if status is None else status.uid
+
+
 def pid_namespace(pid: int) -> int | None:
     """The inode of the pid namespace of ``pid`` (needs ptrace access: root)."""
     try:
@@ -79,14 +111,8 @@ def children(pid: int) -> list[int]:
 
 def innermost_pid(pid: int) -> int | None:
     """``pid`` as its own pid namespace numbers it (the last ``NSpid`` field)."""
-    try:
-        status = (PROC / str(pid) / "status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    for line in status.splitlines():
-        if line.startswith("NSpid:"):
-            return int(line.split()[-1])
-    return None
+    status = read_status(pid)
+    return None if status is None else status.innermost_pid
 
 
 def all_pids() -> list[int]:
@@ -114,35 +140,32 @@ def pids_of_uids(uids: range) -> dict[int, int]:
     pass over /proc, however many uids)."""
     found = {}
     for pid in all_pids():
-        try:
-            status = (PROC / str(pid) / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
+        status = read_status(pid)
+        if status is None or status.state in ("Z", "X"):
             continue
-        ids: list[int] = []
-        state = ""
-        for line in status.splitlines():
-            if line.startswith("Uid:"):
-                ids = [int(x) for x in line.split()[1:3]]
-            elif line.startswith("State:"):
-                state = line.split()[1]
-        inside = [uid for uid in ids if uid in uids]
-        if inside and state not in ("Z", "X"):
+        inside = [uid for uid in (status.uid, status.euid) if uid in uids]
+        if inside:
             found[pid] = inside[0]
     return found
 
 
 def signal_identity(identity: Identity, sig: int) -> bool:
     """Send ``sig`` to exactly this process, never to a process that recycled its pid.
+    False when the process is gone or is not ``identity`` any more."""
+    return signal_pinned(identity.pid, lambda _: matches(identity), sig)
 
-    A pidfd pins the process before its identity is checked. Returns False when the
-    process is gone or is not ``identity`` any more.
-    """
+
+def signal_pinned(pid: int, check: Callable[[int], bool], sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if ``check(pid)`` holds while a pidfd pins the
+    process: whatever ``check`` read of ``pid`` in /proc is still true of the process
+    signalled, which cannot have exited and left its pid to another meanwhile. False
+    when the process is gone or ``check`` refuses it."""
     try:
-        pidfd = os.pidfd_open(identity.pid)
+        pidfd = os.pidfd_open(pid)
     except ProcessLookupError:
         return False
     try:
-        if not matches(identity):
+        if not check(pid):
             return False
         signal.pidfd_send_signal(pidfd, sig)
         return True

@@ -1,4 +1,4 @@
-"""The commands an agent keeps for its next process (``envd_host.CommandBook``) reach
+"""The commands an agent keeps for its next process (``commandbook.CommandBook``) reach
 only their own sandbox: an entry naming another sandbox's command or a host process, as
 a stale or forged one might, is neither listed nor signalled. (That a restarted agent
 lists and kills what its earlier process started: tests/fleet/test_serve.py.)"""
@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sandboxctl.sandboxd import procfs
-from sandboxctl.sandboxd.envd_host import COMMANDS_DIR
+from sandboxctl.sandboxd.commandbook import COMMANDS_DIR, MAX_BYTES
 from tests.envd.conftest import Host
-from tests.envd.wire import Envd
+from tests.envd.wire import Background, Envd
 from tests.sandboxd.servers import wait_until
 
 KILL = "SIGNAL_SIGKILL"
@@ -79,3 +82,35 @@ def test_an_entry_naming_another_sandboxs_command_or_a_host_process_reaches_neit
         assert not (_book(host, other) / f"{theirs}.json").exists()  # forgotten at its end
     finally:
         host.agent.release(other.sandbox_id)
+
+
+def test_a_command_is_kept_root_only_and_past_the_sandboxs_bound_runs_unkept(
+    host: Host, fresh: Envd, caplog: pytest.LogCaptureFixture
+) -> None:
+    def start(tag: str) -> tuple[Background, int]:
+        sleep = {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 600"]}
+        command = fresh.background("process.Process/Start", {"process": sleep, "tag": tag})
+        rows = lambda: fresh.rpc("process.Process/List", {}).json()["processes"]  # noqa: E731
+        row = wait_until(lambda: [r for r in rows() if r.get("tag") == tag], what=tag)
+        return command, row[0]["pid"]
+
+    kept, kept_pid = start("kept")
+    book = _book(host, fresh)
+    entry = book / f"{kept_pid}.json"
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (book.parent, book, entry)] == [
+        0o700,
+        0o700,
+        0o600,
+    ]
+    assert {p.stat().st_uid for p in (book.parent, entry)} == {0}
+
+    (book / ".filler").write_bytes(b" " * MAX_BYTES)  # as if its commands' were that large
+    unkept, unkept_pid = start("unkept")
+    wait_until(lambda: "could not keep command" in caplog.text, what="the warning")
+    assert sorted(os.listdir(book)) == [".filler", f"{kept_pid}.json"]
+    for command, pid in ((kept, kept_pid), (unkept, unkept_pid)):  # both ran, and end
+        killed = fresh.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": KILL})
+        assert killed.status_code == 200
+        command.result()
+    wait_until(lambda: not _listed(fresh), what="both commands to end")
+    assert os.listdir(book) == [".filler"]
