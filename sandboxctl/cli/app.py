@@ -93,6 +93,7 @@ def _root(
 
 def main(argv: list[str] | None = None) -> None:
     """Run the app; user errors become one line on stderr and a non-zero exit, never a trace."""
+    _without_httpx_cli()
     try:
         code = app(args=argv, prog_name="sandboxctl", standalone_mode=False)
     except typer.TyperException as error:
@@ -107,6 +108,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str) -> None:
+    print_error(message)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def print_error(message: str) -> None:
+    """``sandboxctl: error: ...`` on stderr, on one line: how every verb reports a
+    failure (a ``status --watch`` frame that failed, too)."""
     line = " ".join(message.split())
     typer.echo(f"sandboxctl: error: {line}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
+
+
+def _without_httpx_cli() -> None:
+    """Keep httpx's own command line out of the process. httpx 0.28 imports its CLI
+    (``httpx._main``, with click, rich's progress and syntax, and pygments) whenever
+    those are installed, as typer's extras are here: a third of ``status``'s start, for
+    a program sandboxctl never runs. With the module blocked, httpx defines a stand-in
+    ``main`` that says what to install. Remove this once httpx imports its CLI lazily
+    (or the extras are gone). Only before httpx's first import: never a half-loaded one."""
+    if "httpx" not in sys.modules:
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]  # import stops here

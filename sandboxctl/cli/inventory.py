@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import json
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,18 +14,20 @@ import yaml
 from rich.table import Table
 
 from sandboxctl.cli import render
-from sandboxctl.cli.options import (
+from sandboxctl.cli.flags import (
     Kubeconfig,
-    PublishInterval,
-    Reference,
+    SandboxdTokenFile,
+    Seeds,
+    Source,
+    SourceFlags,
     StaleAfter,
-    freshness_rule,
+    check_source_flags,
     parse_time_flag,
 )
-from sandboxctl.cli.sources import SandboxdTokenFile, Seeds
+from sandboxctl.cli.options import PublishInterval, Reference, freshness_rule
 from sandboxctl.clock import SystemClock
 from sandboxctl.core.durations import format_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError, InventoryFormatError
+from sandboxctl.core.errors import ConfigurationError, InventoryFormatError
 from sandboxctl.core.freshness import (
     DEFAULT_PUBLISH_INTERVAL,
     DEFAULT_STALE_AFTER,
@@ -44,6 +45,7 @@ from sandboxctl.inventory.file import load_path, load_text
 from sandboxctl.secretfiles import read_secret
 
 EXIT_STALE = 3
+SOURCES = (Source.FILE, Source.MESH, Source.KUBE)
 REPORT_KIND = "InventoryReport"
 
 
@@ -114,7 +116,10 @@ def inventory(
 ) -> None:
     """Show which nodes are fresh or stale, and why."""
     rule = freshness_rule(stale_after, reference, publish_interval)
-    inventories = _read(source, path, Agents(seeds, token_file), kubeconfig)
+    flags = check_source_flags(
+        source, SOURCES, seeds=seeds, token_file=token_file, kubeconfig=kubeconfig, path=path
+    )
+    inventories = _read(flags)
     clock = SystemClock()
     at = now or clock.now()
     # A one-shot reader sees the newest stamp for the first time now, so an extrapolating
@@ -140,35 +145,17 @@ def inventory(
         raise typer.Exit(EXIT_STALE)
 
 
-@dataclass(frozen=True, slots=True)
-class Agents:
-    """The mesh flags: the seeds and the fleet token's file."""
-
-    seeds: str
-    token_file: Path | None
-
-
-def _read(
-    source: str, path: str | None, agents: Agents, kubeconfig: Path | None
-) -> list[NodeInventory]:
-    if source not in ("file", "mesh", "kube"):
-        raise InvalidValueError(f"--source {source!r}: expected file, mesh or kube")
-    if path is not None and source != "file":
-        raise ConfigurationError(f"--from is for --source file, not {source}")
-    if agents.seeds.strip() and source != "mesh":
-        raise ConfigurationError(f"--sandboxd-seeds is for --source mesh, not {source}")
-    if kubeconfig is not None and source != "kube":
-        raise ConfigurationError(f"--kubeconfig is for --source kube, not {source}")
-    if source == "kube":
+def _read(flags: SourceFlags) -> list[NodeInventory]:
+    if flags.source is Source.KUBE:
         from sandboxctl.inventory.live import list_node_inventories
 
-        return list_node_inventories(kubeconfig)[0]
-    if source == "mesh":
-        return _read_agents(agents)
-    if path is None:
+        return list_node_inventories(flags.kubeconfig)[0]
+    if flags.source is Source.MESH:
+        return _read_agents(flags.seeds, flags.token_file)
+    if flags.path is None:
         raise ConfigurationError("--from PATH is required (or --source mesh|kube)")
-    if path != "-":
-        return load_path(Path(path))
+    if flags.path != "-":
+        return load_path(Path(flags.path))
     text = sys.stdin.read()
     if not text.strip():
         # What a failed `kubectl ... |` leaves: an empty read must not pass as a fleet.
@@ -178,17 +165,14 @@ def _read(
     return load_text(text)
 
 
-def _read_agents(agents: Agents) -> list[NodeInventory]:
+def _read_agents(seeds: tuple[str, ...], token_file: Path | None) -> list[NodeInventory]:
     """One read of every seed: a seed that does not answer is named on stderr, and none
     answering (or one refusing the token) is one line and exit 2."""
-    from sandboxctl.inventory.live import check_answers, parse_seeds, read_agents
+    from sandboxctl.inventory.live import check_answers, read_agents
 
-    seeds = parse_seeds(agents.seeds)
-    if not seeds:
-        raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
-    token = read_secret("--sandboxd-token-file", agents.token_file) if agents.token_file else None
+    token = read_secret("--sandboxd-token-file", token_file) if token_file else None
     read = read_agents(seeds, token)
-    check_answers(read.results)
+    check_answers(read.results, one_shot=True)
     for failed in read.failed:
         typer.echo(
             f"sandboxctl: sandboxd {failed.address} did not answer: {failed.reason}", err=True

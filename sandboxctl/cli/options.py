@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import enum
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+# Defined in the light module (status parses its flags without this one's imports).
+from sandboxctl.cli.flags import Kubeconfig as Kubeconfig
+from sandboxctl.cli.flags import StaleAfter as StaleAfter
+from sandboxctl.cli.flags import parse_duration_flag as parse_duration_flag
+from sandboxctl.cli.flags import parse_time_flag as parse_time_flag
 from sandboxctl.cli.logs import escape_every_record
-from sandboxctl.core.durations import format_duration, parse_duration
+from sandboxctl.core.durations import format_duration
 from sandboxctl.core.errors import InvalidValueError
 from sandboxctl.core.freshness import (
     DEFAULT_PUBLISH_INTERVAL,
-    DEFAULT_STALE_AFTER,
     FreshnessRule,
     ReferenceMode,
 )
 from sandboxctl.core.model import PoolKey
-from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
 from sandboxctl.serving.bounds import (
@@ -29,38 +32,6 @@ from sandboxctl.serving.bounds import (
     ReadBounds,
 )
 
-
-def parse_duration_flag(value: str | timedelta) -> timedelta:
-    """Typer parser for duration flags; a bad value names the flag via click."""
-    if isinstance(value, timedelta):
-        return value
-    try:
-        return parse_duration(value)
-    except InvalidValueError as error:
-        raise typer.BadParameter(str(error)) from None
-
-
-def parse_time_flag(value: str | datetime) -> datetime:
-    """Typer parser for RFC 3339 flags."""
-    if isinstance(value, datetime):
-        return value
-    try:
-        return parse_rfc3339(value)
-    except InvalidValueError as error:
-        raise typer.BadParameter(str(error)) from None
-
-
-StaleAfter = Annotated[
-    timedelta,
-    typer.Option(
-        "--inventory-stale-after",
-        "--stale-after",
-        parser=parse_duration_flag,
-        metavar="DURATION",
-        help="Drop a node whose publish trails the reference by more than this.",
-        show_default=format_duration(DEFAULT_STALE_AFTER),
-    ),
-]
 Reference = Annotated[
     ReferenceMode,
     typer.Option(
@@ -252,17 +223,6 @@ def parse_pool_flag(text: str) -> tuple[PoolKey, int]:
     if not eq or not key_text or len(parts) > 3 or not count.isdigit():
         raise InvalidValueError(f"--pool {text!r}: expected TEMPLATE[/NET[/SIZE]]=N, e.g. base=4")
     return PoolKey.of(*parts), int(count)
-
-
-Kubeconfig = Annotated[
-    Path | None,
-    typer.Option(
-        "--kubeconfig",
-        metavar="FILE",
-        help="The Kubernetes API to use. Default: the pod's service account in a pod, "
-        "else $KUBECONFIG or ~/.kube/config.",
-    ),
-]
 
 
 # --- guard-workers ------------------------------------------------------------------------

@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 
 import typer
 
-from sandboxctl.cli.options import Kubeconfig, parse_duration_flag
+from sandboxctl.cli.flags import (
+    Kubeconfig,
+    SandboxdTokenFile,
+    Seeds,
+    parse_duration_flag,
+    parse_seeds,
+    parse_source,
+)
+from sandboxctl.cli.flags import Source as From
 from sandboxctl.core.durations import format_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.inventory import InventorySource
 from sandboxctl.inventory.mesh import DEFAULT_POLL_INTERVAL, MeshInventorySource
@@ -31,7 +39,7 @@ if TYPE_CHECKING:  # the kube source loads the Kubernetes client only when it is
 
     from sandboxctl.inventory.kube import KubeInventorySource
 
-SOURCES = ("mesh", "kube")
+SOURCES = (From.MESH, From.KUBE)  # a service reads the agents or the NodeInventory objects
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "InventoryPoll",
@@ -48,22 +56,6 @@ Source = Annotated[
         metavar="mesh|kube",
         help="Where inventories come from. mesh: poll the sandboxd agents directly. kube: "
         "watch the NodeInventory objects the hosts publish (--kubeconfig).",
-    ),
-]
-Seeds = Annotated[
-    str,
-    typer.Option(
-        "--sandboxd-seeds",
-        metavar="HOST:PORT,...",
-        help="The sandboxd agents to poll (mesh), comma-separated.",
-    ),
-]
-SandboxdTokenFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--sandboxd-token-file",
-        help="File holding the fleet's root token for the agents. Without it only "
-        "development agents (no token) answer.",
     ),
 ]
 InventoryPoll = Annotated[
@@ -142,7 +134,7 @@ def fleet_source(
     log: logging.Logger,
 ) -> MeshSource | KubeSource:
     """The source the flags name (one line, exit 2 on a mistake), not yet started."""
-    if source != "kube":
+    if parse_source(source, SOURCES) is not From.KUBE:
         return mesh_source(source, seeds, token_file, poll, log)
     if seeds.strip():
         raise ConfigurationError("--sandboxd-seeds is for --source mesh; kube reads NodeInventory")
@@ -167,9 +159,8 @@ def mesh_source(
     source: str, seeds: str, token_file: Path | None, poll: timedelta, log: logging.Logger
 ) -> MeshSource:
     """Check the source flags (one line, exit 2 on a mistake) and build the source."""
-    if source not in SOURCES:
-        raise InvalidValueError(f"--source {source!r}: expected mesh or kube")
-    addresses = tuple(seed.strip() for seed in seeds.split(",") if seed.strip())
+    parse_source(source, SOURCES)
+    addresses = parse_seeds(seeds)
     if not addresses:
         raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]")
     token = _fleet_token(token_file, log)

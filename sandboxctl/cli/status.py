@@ -1,23 +1,32 @@
 """``sandboxctl status``: one view of a fleet (endpoints, nodes, pools, sandboxes,
 templates), once or redrawn until Ctrl-C.
 
-An operator runs it often, so its start counts: the flags are defined here rather than
-taken from ``cli/options``, which loads the servers' stack (a quarter of a second), and
-what reads the fleet is imported only when the command runs."""
+An operator runs it often, so its start counts: its flags come from the light
+``cli/flags`` (not ``cli/options``, which loads the servers' stack: a quarter of a
+second), and what reads the fleet is imported only when the command runs."""
 
 from __future__ import annotations
 
 import enum
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sandboxctl.core.durations import format_duration, parse_duration
-from sandboxctl.core.errors import ConfigurationError, InvalidValueError
+from sandboxctl.cli.flags import (
+    Kubeconfig,
+    SandboxdTokenFile,
+    Seeds,
+    Source,
+    StaleAfter,
+    check_source_flags,
+    parse_duration_flag,
+)
+from sandboxctl.core.durations import format_duration
+from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import DEFAULT_STALE_AFTER, FreshnessRule
+from sandboxctl.core.statedir import DEFAULT_STATE_DIR
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -26,14 +35,8 @@ if TYPE_CHECKING:
     from sandboxctl.core.status import FleetStatus
     from sandboxctl.inventory.status import StatusSource
 
-DEFAULT_STATE_DIR = Path(".sandboxctl")  # serve's default --state-dir
 DEFAULT_INTERVAL = timedelta(seconds=2)
-
-
-class From(enum.StrEnum):
-    STATE = "state"
-    MESH = "mesh"
-    KUBE = "kube"
+SOURCES = (Source.STATE, Source.MESH, Source.KUBE)
 
 
 class Output(enum.StrEnum):
@@ -41,66 +44,24 @@ class Output(enum.StrEnum):
     JSON = "json"
 
 
-def _duration(value: str | timedelta) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    try:
-        return parse_duration(value)
-    except InvalidValueError as error:
-        raise typer.BadParameter(str(error)) from None
-
-
 def status(
     source: Annotated[
-        From,
+        str,
         typer.Option(
             "--source",
-            case_sensitive=False,
+            metavar="state|mesh|kube",
             help="state: the fleet serve runs over --state-dir. mesh: ask the agents "
             "(--sandboxd-seeds). kube: the NodeInventory objects (--kubeconfig).",
         ),
-    ] = From.STATE,
+    ] = Source.STATE.value,
     state_dir: Annotated[
         Path,
         typer.Option("--state-dir", metavar="DIR", help="serve's state dir (--source state)."),
     ] = DEFAULT_STATE_DIR,
-    seeds: Annotated[
-        str,
-        typer.Option(
-            "--sandboxd-seeds",
-            metavar="HOST:PORT,...",
-            help="The sandboxd agents to ask (mesh), comma-separated. With --source state: "
-            "serve's agent, when serve was given another --sandboxd-port than 7777.",
-        ),
-    ] = "",
-    token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--sandboxd-token-file",
-            help="File holding the fleet's root token for the agents (mesh). Without it "
-            "only development agents (no token) answer.",
-        ),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubeconfig",
-            metavar="FILE",
-            help="The Kubernetes API whose NodeInventory objects to read (kube). Default: "
-            "the pod's service account in a pod, else $KUBECONFIG or ~/.kube/config.",
-        ),
-    ] = None,
-    stale_after: Annotated[
-        timedelta,
-        typer.Option(
-            "--inventory-stale-after",
-            "--stale-after",
-            parser=_duration,
-            metavar="DURATION",
-            help="Judge a node stale whose publish trails the newest by more than this.",
-            show_default=format_duration(DEFAULT_STALE_AFTER),
-        ),
-    ] = DEFAULT_STALE_AFTER,
+    seeds: Seeds = "",
+    token_file: SandboxdTokenFile = None,
+    kubeconfig: Kubeconfig = None,
+    stale_after: StaleAfter = DEFAULT_STALE_AFTER,
     output: Annotated[
         Output, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
     ] = Output.TABLE,
@@ -112,7 +73,7 @@ def status(
         timedelta,
         typer.Option(
             "--interval",
-            parser=_duration,
+            parser=parse_duration_flag,
             metavar="DURATION",
             help="How often --watch reads the fleet again.",
             show_default=format_duration(DEFAULT_INTERVAL),
@@ -120,7 +81,6 @@ def status(
     ] = DEFAULT_INTERVAL,
 ) -> None:
     """Show a fleet at a glance: its endpoints, nodes, warm pools, sandboxes and templates."""
-    _without_httpx_cli()
     from sandboxctl.inventory.status import collect_status
 
     chosen = _source(source, state_dir, seeds, token_file, kubeconfig)
@@ -133,42 +93,23 @@ def status(
     _watch(chosen, rule, output, interval)
 
 
-def _without_httpx_cli() -> None:
-    """Keep httpx's own command line out of this process. httpx imports it whenever click,
-    rich and pygments are installed (they are, with typer): a third of this verb's start,
-    for a program sandboxctl never runs. Without it httpx defines a stand-in."""
-    if "httpx" not in sys.modules:
-        sys.modules["httpx._main"] = None  # type: ignore[assignment]  # import stops here
-
-
 def _source(
-    source: From, state_dir: Path, seeds: str, token_file: Path | None, kubeconfig: Path | None
+    source: str, state_dir: Path, seeds: str, token_file: Path | None, kubeconfig: Path | None
 ) -> StatusSource:
     """What the flags name (one line, exit 2 when they do not fit together)."""
-    from sandboxctl.inventory.live import parse_seeds
     from sandboxctl.inventory.status import FromAgents, FromKube, FromStateDir
 
-    addresses = parse_seeds(seeds)
-    if kubeconfig is not None and source is not From.KUBE:
-        raise ConfigurationError(f"--kubeconfig is for --source kube, not {source}")
-    if token_file is not None and source is not From.MESH:
-        raise ConfigurationError(
-            "--sandboxd-token-file is for --source mesh (serve's state dir holds its token)"
-            if source is From.STATE
-            else "--sandboxd-token-file is for --source mesh"
-        )
-    if source is From.KUBE:
-        if addresses:
-            raise ConfigurationError("--sandboxd-seeds is for --source mesh or state")
-        return FromKube(kubeconfig)
-    if source is From.MESH:
-        if not addresses:
-            raise ConfigurationError("--source mesh needs --sandboxd-seeds HOST:PORT[,...]")
+    flags = check_source_flags(
+        source, SOURCES, seeds=seeds, token_file=token_file, kubeconfig=kubeconfig
+    )
+    if flags.source is Source.KUBE:
+        return FromKube(flags.kubeconfig)
+    if flags.source is Source.MESH:
         from sandboxctl.secretfiles import read_secret
 
         token = read_secret("--sandboxd-token-file", token_file) if token_file else None
-        return FromAgents(addresses, token)
-    return FromStateDir(state_dir, addresses)
+        return FromAgents(flags.seeds, token)
+    return FromStateDir(state_dir, flags.seeds)
 
 
 # --- drawing -----------------------------------------------------------------------------
@@ -285,6 +226,7 @@ def _watch(source: StatusSource, rule: FreshnessRule, output: Output, interval: 
     """Redraw every ``interval`` until Ctrl-C or SIGTERM, which end it with exit 0 like
     any long-lived verb's asked stop. A bad setup fails the first read in one line; a
     later read that fails is drawn as that frame, and the watch goes on."""
+    from sandboxctl.cli.app import print_error
     from sandboxctl.cli.running import run_until_stopped
     from sandboxctl.core.errors import SandboxctlError
     from sandboxctl.inventory.status import collect_status
@@ -299,7 +241,7 @@ def _watch(source: StatusSource, rule: FreshnessRule, output: Output, interval: 
         try:
             status = collect_status(source, rule, need_a_node=False)
         except SandboxctlError as error:
-            typer.echo(f"sandboxctl: error: {' '.join(str(error).split())}", err=True)
+            print_error(str(error))
             return
         _draw(status, output, clear=True)
 

@@ -10,11 +10,11 @@ answer is data (:class:`PollResult`), which each caller judges.
 
 from __future__ import annotations
 
-import http.client
 import ssl
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -90,14 +90,18 @@ def read_agent(
     return PollResult(address, node=inventory.node), inventory
 
 
-def check_answers(results: Sequence[PollResult], need_an_answer: bool = True) -> None:
+def check_answers(
+    results: Sequence[PollResult], need_an_answer: bool = True, one_shot: bool = False
+) -> None:
     """Raise :class:`MeshStartError` for a setup that cannot work: a seed refused the
-    token or gave an answer mesh mode cannot read; with ``need_an_answer``, also when
-    no seed answered at all."""
+    token or gave an answer that cannot be read; with ``need_an_answer``, also when no
+    seed answered at all. ``one_shot``: worded for a read made once (``inventory --source
+    mesh``, ``status``), not for mesh mode's start."""
+    reader = "reading the agents" if one_shot else "mesh mode"
     for result in results:
         if result.status == 401:
             raise MeshStartError(
-                f"sandboxd seed {result.address} refused the token: mesh mode needs the "
+                f"sandboxd seed {result.address} refused the token: {reader} needs the "
                 "fleet's root token (--sandboxd-token-file)"
             )
     for result in results:
@@ -105,11 +109,15 @@ def check_answers(results: Sequence[PollResult], need_an_answer: bool = True) ->
         if isinstance(error, AgentAnswerError):
             if error.field == ADVERTISE_FIELD:
                 raise MeshStartError(
-                    f"sandboxd seed {result.address} reports no advertise_addr: mesh mode "
-                    "publishes it as the node's address (start the agent with --advertise-addr)"
+                    f"sandboxd seed {result.address} reports no advertise_addr, the node's "
+                    "address (start the agent with --advertise-addr)"
+                    if one_shot
+                    else f"sandboxd seed {result.address} reports no advertise_addr: mesh "
+                    "mode publishes it as the node's address (start the agent with "
+                    "--advertise-addr)"
                 )
             raise MeshStartError(
-                f"sandboxd seed {result.address} gave an answer mesh mode cannot read: "
+                f"sandboxd seed {result.address} gave an answer {reader} cannot read: "
                 f"{error.field}: {error.problem}"
             )
     if need_an_answer and not any(result.ok for result in results):
@@ -148,11 +156,6 @@ class AgentsRead:
         return tuple(result for result in self.results if not result.ok)
 
 
-def parse_seeds(text: str) -> tuple[str, ...]:
-    """``HOST:PORT,HOST:PORT`` as addresses, once each, in order."""
-    return tuple(dict.fromkeys(seed.strip() for seed in text.split(",") if seed.strip()))
-
-
 def read_agents(
     seeds: Sequence[str],
     token: str | None,
@@ -168,9 +171,7 @@ def read_agents(
     now = clock or SystemClock()
 
     def ask(address: str) -> tuple[PollResult, NodeInventory | None]:
-        with AgentClient(
-            address, token, timeout=timeout, transport=_plain_transport(address)
-        ) as client:
+        with AgentClient(address, token, timeout=timeout, transport=transport(address)) as client:
             return read_agent(client, address, now)
 
     if len(seeds) == 1:  # no pool for the one agent of a serve fleet
@@ -183,67 +184,26 @@ def read_agents(
     return AgentsRead(inventories, results)
 
 
-def _plain_transport(address: str) -> OneShotTransport | None:
-    """For a plain-HTTP agent, the one-shot transport (no certificates to load)."""
-    if "://" in address and not address.startswith("http://"):
-        return None
-    return OneShotTransport()
+def transport(url: str, trust: ssl.SSLContext | None = None) -> httpx.HTTPTransport:
+    """httpx's own transport for a read made once, its TLS context loaded only for an
+    HTTPS ``url``: httpx's default reads the whole CA bundle for every client, a tenth
+    of a verb's start, which a plain-HTTP read (an agent, serve's APIs) never uses.
+    ``trust``: what to trust over HTTPS (default: what httpx trusts)."""
+    if url.startswith("https://"):
+        return httpx.HTTPTransport(verify=trust or _default_trust())
+    return httpx.HTTPTransport(verify=_no_certificates())
 
 
-class OneShotTransport(httpx.BaseTransport):
-    """HTTP on the standard library, one connection per request, for a read made once.
-
-    httpx's own transport loads httpcore, h2 and anyio, and its default one reads the whole
-    CA bundle: together about a tenth of a second of a verb's start, more than a read on
-    loopback takes. Failures are httpx's exceptions, so the agent client reads them as it
-    reads its own transport's. ``ssl_context``: what to trust over HTTPS (default: the
-    system's)."""
-
-    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        self._ssl = ssl_context
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        timeouts = request.extensions.get("timeout", {})
-        if url.scheme == "https":
-            context = self._ssl or ssl.create_default_context()
-            port = url.port or 443
-            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                url.host, port, timeout=timeouts.get("connect"), context=context
-            )
-        else:
-            connection = http.client.HTTPConnection(
-                url.host, url.port or 80, timeout=timeouts.get("connect")
-            )
-        try:
-            _connect(connection, request)
-            connection.sock.settimeout(timeouts.get("read"))
-            headers = {**request.headers, "Accept-Encoding": "identity"}  # nothing to decode
-            try:
-                connection.request(request.method, url.raw_path.decode("ascii"),
-                                   body=request.read() or None, headers=headers)  # fmt: skip
-                answer = connection.getresponse()
-                content = answer.read()
-            except TimeoutError as error:
-                raise httpx.ReadTimeout(str(error) or "timed out", request=request) from error
-            except (OSError, http.client.HTTPException) as error:
-                raise httpx.ReadError(
-                    str(error) or type(error).__name__, request=request
-                ) from error
-        finally:
-            connection.close()
-        return httpx.Response(
-            answer.status, headers=answer.getheaders(), content=content, request=request
-        )
+@cache
+def _default_trust() -> ssl.SSLContext:
+    return httpx.create_ssl_context()  # the CA bundle, read once per process
 
 
-def _connect(connection: http.client.HTTPConnection, request: httpx.Request) -> None:
-    try:
-        connection.connect()
-    except TimeoutError as error:
-        raise httpx.ConnectTimeout(str(error) or "timed out", request=request) from error
-    except OSError as error:  # refused, unreachable, a TLS handshake that failed
-        raise httpx.ConnectError(str(error) or type(error).__name__, request=request) from error
+@cache
+def _no_certificates() -> ssl.SSLContext:
+    """For plain HTTP: no certificate loaded, so a redirect to HTTPS fails verification
+    rather than trusting anything."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 # --- one list of the NodeInventory objects -------------------------------------------------

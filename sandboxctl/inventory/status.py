@@ -1,12 +1,11 @@
 """What ``sandboxctl status`` reads: one view of a fleet, from serve's state dir, from the
 agents themselves (mesh), or from the NodeInventory objects of a Kubernetes API (kube).
 
-Serve's state dir names the fleet's endpoints in the client files it writes (``e2b.env``:
-the e2b API and the envd proxy; ``kubeconfig``: the Sandbox API and its certificate) and
-holds the agents' root token (``sandboxd-token``). The agent's own address is in none of
-them: it is the e2b API's host on serve's default ``--sandboxd-port``, unless the seeds are
-named. Every endpoint is asked at once, each within one timeout, so a read costs about one
-round trip to the slowest.
+Serve's state dir names the fleet's endpoints in the files it writes on every start
+(``e2b.env``: the e2b API and the envd proxy; ``kubeconfig``: the Sandbox API and its
+certificate; ``endpoints.json``: the agent and the metrics listener) and holds the agents'
+root token (``sandboxd-token``). Every endpoint is asked at once, each within one timeout,
+so a read costs about one round trip to the slowest.
 """
 
 from __future__ import annotations
@@ -25,31 +24,32 @@ import httpx  # loaded by the agent API's client in any case
 from sandboxctl.clock import Clock, SystemClock
 from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.core.statedir import (
+    ENDPOINTS_FILE,
+    ENV_FILE,
+    KUBECONFIG_FILE,
+    TOKEN_FILE,
+    parse_endpoints,
+)
 from sandboxctl.core.status import Endpoint, FleetStatus, Unreached, fleet_status
 from sandboxctl.inventory.live import (
     READ_TIMEOUT,
     AgentsRead,
     MeshStartError,
-    OneShotTransport,
     check_answers,
     list_node_inventories,
     read_agents,
+    transport,
 )
 from sandboxctl.secretfiles import read_secret
 
-# The files serve writes in its state dir (sandboxctl/fleet/state.py; a test holds these
-# names to its own, which this module cannot import without the servers' stack).
-ENV_FILE = "e2b.env"
-KUBECONFIG_FILE = "kubeconfig"
-TOKEN_FILE = "sandboxd-token"
-SERVE_SANDBOXD_PORT = 7777  # serve's default --sandboxd-port (cli/serve.py)
 PROBE_TIMEOUT = 2.0  # seconds for an endpoint's health answer
 
 
 @dataclass(frozen=True, slots=True)
 class FromStateDir:
-    """The fleet ``serve`` runs over ``state_dir``; ``seeds`` name its agent when serve
-    was given another ``--sandboxd-port``."""
+    """The fleet ``serve`` runs over ``state_dir``; ``seeds``, when named, are asked
+    instead of the agent its state dir names."""
 
     state_dir: Path
     seeds: tuple[str, ...] = ()
@@ -90,7 +90,7 @@ def collect_status(
         )
     if isinstance(source, FromAgents):
         read = read_agents(source.seeds, source.token, READ_TIMEOUT, clock)
-        check_answers(read.results, need_a_node)
+        check_answers(read.results, need_a_node, one_shot=True)
         where = f"{len(source.seeds)} sandboxd agent{'s' if len(source.seeds) != 1 else ''} (mesh)"
         return _agents_status(read, rule, clock, where, [])
     return _state_dir_status(source, rule, clock, need_a_node)
@@ -120,11 +120,8 @@ class ServeState:
     kube_url: str
     kube_ca: bytes | None  # the Sandbox API's certificate (PEM), to trust for its probe
     token: str
-
-    @property
-    def agent_address(self) -> str:
-        host = urlsplit(self.e2b_url).netloc.rpartition(":")[0] or "127.0.0.1"
-        return f"{host}:{SERVE_SANDBOXD_PORT}"
+    agent_address: str  # HOST:PORT
+    metrics_url: str  # "" when serve serves no metrics listener
 
 
 def read_state_dir(state_dir: Path) -> ServeState:
@@ -138,6 +135,8 @@ def read_state_dir(state_dir: Path) -> ServeState:
     env = _env_file(state_dir / ENV_FILE)
     cluster = _kube_cluster(state_dir / KUBECONFIG_FILE)
     token = read_secret("--state-dir", state_dir / TOKEN_FILE)
+    endpoints_file = state_dir / ENDPOINTS_FILE
+    endpoints = parse_endpoints(_read(endpoints_file), f"--state-dir: {endpoints_file}")
     ca = cluster.get("certificate-authority-data")
     return ServeState(
         e2b_url=env.get("E2B_API_URL", ""),
@@ -145,6 +144,8 @@ def read_state_dir(state_dir: Path) -> ServeState:
         kube_url=str(cluster.get("server") or ""),
         kube_ca=base64.b64decode(ca) if isinstance(ca, str) else None,
         token=token,
+        agent_address=endpoints.sandboxd,
+        metrics_url=endpoints.metrics,
     )
 
 
@@ -191,6 +192,7 @@ def _state_dir_status(
             state.kube_url,
             lambda: _probe(f"{state.kube_url}/readyz", _trusting(state.kube_ca)),
         ),
+        "metrics": (state.metrics_url, lambda: _probe(f"{state.metrics_url}/healthz")),
     }
     with ThreadPoolExecutor(len(probes), thread_name_prefix="sandboxctl-probe") as pool:
         asked: dict[str, Future[str]] = {
@@ -204,15 +206,13 @@ def _state_dir_status(
         if result.status == 401:
             raise MeshStartError(
                 f"sandboxd {result.address} refused the token in {source.state_dir / TOKEN_FILE}: "
-                "it is another fleet's agent (serve with another --sandboxd-port: name it "
-                "with --sandboxd-seeds)"
+                "it is not this fleet's agent"
             )
-    check_answers(read.results, need_an_answer=False)
+    check_answers(read.results, need_an_answer=False, one_shot=True)
     if need_a_node and not read.inventories:
         failed = ", ".join(f"{r.address} ({r.reason})" for r in read.results)
         raise MeshStartError(
-            f"no sandboxd of the fleet in {source.state_dir} answered: {failed}: is serve "
-            f"running? (serve with another --sandboxd-port: name it with --sandboxd-seeds)"
+            f"no sandboxd of the fleet in {source.state_dir} answered: {failed}: is serve running?"
         )
     return _agents_status(read, rule, clock, f"serve's state dir {source.state_dir}", endpoints)
 
@@ -227,8 +227,11 @@ def _probe(url: str, trust: ssl.SSLContext | None = None) -> str:
     if not urlsplit(url).netloc:
         return "not in the state dir"
     try:
-        with httpx.Client(transport=OneShotTransport(trust), timeout=PROBE_TIMEOUT) as http:
-            response = http.get(url)
+        with (
+            httpx.Client(transport=transport(url, trust), timeout=PROBE_TIMEOUT) as http,
+            http.stream("GET", url) as response,  # the status is the answer: no body read
+        ):
+            pass
     except httpx.HTTPError as error:
         return " ".join((str(error) or type(error).__name__).split())
     if response.status_code >= 400:

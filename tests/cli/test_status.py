@@ -47,8 +47,9 @@ def agent(fleet: Fleet) -> str:
 
 
 def from_state_dir(fleet: Fleet) -> list[str]:
-    """status over the fleet's state dir; its agent is not on serve's default port."""
-    return ["status", "--state-dir", str(fleet.state_dir), "--sandboxd-seeds", agent(fleet)]
+    """status over the fleet's state dir alone: its agent (on a free port, not serve's
+    default) and its metrics listener are what serve wrote there."""
+    return ["status", "--state-dir", str(fleet.state_dir)]
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def test_status_shows_the_fleet_serve_runs(run: Run, fleet: Fleet) -> None:
     assert result.code == 0, result.err
     out = result.out
     assert f"fleet: serve's state dir {fleet.state_dir}" in out
-    for name in ("e2b API", "envd proxy", "Kubernetes API", "sandboxd"):
+    for name in ("e2b API", "envd proxy", "Kubernetes API", "metrics", "sandboxd"):
         line = next(line for line in out.splitlines() if line.startswith(name))
         assert line.split()[-1] == "up", line
     assert f"https://127.0.0.1:{fleet.ports['kube']}" in out
@@ -90,9 +91,12 @@ def test_json_gives_every_part_of_the_view(run: Run, fleet: Fleet, claimed: str)
         ("e2b API", True),
         ("envd proxy", True),
         ("Kubernetes API", True),
+        ("metrics", True),
         ("sandboxd", True),
     ]
     assert document["endpoints"][0]["url"] == fleet.url("e2b")
+    assert document["endpoints"][3]["url"].startswith("http://127.0.0.1:")  # a free port
+    assert document["endpoints"][4]["url"] == f"http://{agent(fleet)}"
     [node] = document["nodes"]
     assert node["address"] == agent(fleet)
     assert node["state"] == "fresh"
@@ -165,8 +169,8 @@ def test_inventory_from_agents_without_their_token_is_one_line(run: Run, fleet: 
 
     assert result.code == 2
     assert result.err == (
-        f"sandboxctl: error: sandboxd seed {agent(fleet)} refused the token: mesh mode needs "
-        "the fleet's root token (--sandboxd-token-file)\n"
+        f"sandboxctl: error: sandboxd seed {agent(fleet)} refused the token: reading the agents "
+        "needs the fleet's root token (--sandboxd-token-file)\n"
     )
 
 

@@ -3,7 +3,6 @@ and exit 2, never a traceback, nothing on stdout."""
 
 from __future__ import annotations
 
-import inspect
 import io
 import subprocess
 import sys
@@ -11,11 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxctl.cli import serve as serve_verb
-from sandboxctl.cli import status as status_verb
-from sandboxctl.fleet import state as serve_state
-from sandboxctl.inventory import status as reads
 from tests.cli.conftest import Run
+from tests.sandboxd.servers import free_port
 
 
 @pytest.mark.parametrize("fail_on_stale", [False, True])
@@ -52,13 +48,14 @@ def test_a_list_with_no_items_is_still_an_empty_fleet(
         (["inventory", "--source", "kube", "--sandboxd-seeds", "h:1"], "--sandboxd-seeds is for"),
         (["inventory", "--source", "mesh", "--from", "x.yaml"], "--from is for --source file"),
         (["inventory", "--source", "nats"], "--source 'nats': expected file, mesh or kube"),
+        (["inventory", "--sandboxd-token-file", "t"], "--sandboxd-token-file is for --source mesh"),
         (["status", "--source", "mesh"], "--source mesh needs --sandboxd-seeds"),
         (["status", "--kubeconfig", "k"], "--kubeconfig is for --source kube, not state"),
         (["status", "--sandboxd-token-file", "t"], "--sandboxd-token-file is for --source mesh"),
         (["status", "--source", "kube", "--sandboxd-seeds", "h:1"], "--sandboxd-seeds is for"),
         (["status", "--interval", "0s"], "--interval must be positive"),
         (["status", "--interval", "soon"], "Invalid value for '--interval'"),
-        (["status", "--source", "nats"], "Invalid value for '--source'"),
+        (["status", "--source", "nats"], "--source 'nats': expected state, mesh or kube"),
     ],
 )
 def test_flags_that_do_not_fit_are_one_line(run: Run, args: list[str], message: str) -> None:
@@ -91,17 +88,6 @@ def test_a_state_dir_serve_has_not_written_yet_names_the_file(run: Run, tmp_path
     )
 
 
-def test_status_reads_the_files_serve_writes_where_serve_writes_them() -> None:
-    """status cannot import serve's stack (its start would cost a quarter of a second),
-    so it names serve's files and defaults itself; they must stay serve's."""
-    assert reads.ENV_FILE == serve_state.ENV_FILE
-    assert reads.KUBECONFIG_FILE == serve_state.KUBECONFIG_FILE
-    assert reads.TOKEN_FILE == serve_state.TOKEN_FILE
-    defaults = inspect.signature(serve_verb.serve).parameters
-    assert defaults["sandboxd_port"].default == reads.SERVE_SANDBOXD_PORT
-    assert defaults["state_dir"].default == status_verb.DEFAULT_STATE_DIR
-
-
 def test_status_starts_without_the_servers_stack() -> None:
     """What ``sandboxctl status`` loads to parse its flags: nothing of the servers, the
     agents' HTTP client or the Kubernetes client (they cost its start)."""
@@ -115,3 +101,45 @@ def test_status_starts_without_the_servers_stack() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     assert loaded == []
+
+
+SEEDS_MISFIT = "--sandboxd-seeds is for --source mesh{}, not kube"
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--source", "kube", "--sandboxd-token-file", "t"],
+         "--sandboxd-token-file is for --source mesh, not kube"),
+        (["--source", "kube", "--sandboxd-seeds", "h:1"], SEEDS_MISFIT),
+        (["--source", "mesh", "--kubeconfig", "k"], "--kubeconfig is for --source kube, not mesh"),
+        (["--source", "mesh"], "--source mesh needs --sandboxd-seeds HOST:PORT[,HOST:PORT...]"),
+    ],
+)  # fmt: skip
+def test_inventory_and_status_refuse_the_same_flags_alike(
+    run: Run, flags: list[str], refusal: str
+) -> None:
+    """One check of the source flags: the verbs refuse a misfit flag in the same words
+    (status also takes --sandboxd-seeds for its state source, which inventory has not)."""
+    for verb, seeds_also in (("inventory", ""), ("status", " or state")):
+        result = run(verb, *flags)
+        assert (result.code, result.out) == (2, ""), verb
+        assert result.err == f"sandboxctl: error: {refusal.format(seeds_also)}\n", verb
+
+
+def test_no_verb_loads_httpx_s_own_command_line() -> None:
+    """httpx imports its CLI (click, rich's progress, pygments) whenever they are
+    installed; the entry point keeps it out of every verb that loads httpx."""
+    nobody = f"127.0.0.1:{free_port()}"  # refused at once: the verb loads httpx and fails
+    probe = (
+        "import sys\n"
+        "from sandboxctl.cli.app import main\n"
+        "try:\n"
+        f"    main(['inventory', '--source', 'mesh', '--sandboxd-seeds', '{nobody}'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('httpx' in sys.modules, sys.modules.get('httpx._main') is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert done.stdout.split() == ["True", "False"], done.stderr
