@@ -4,7 +4,8 @@ A ``serve`` (template ``base``: no build, one warm sandbox) runs on free loopbac
 with a state dir and runtime root of its own. Cases:
 
 - ``status: process``: ``python -m sandboxctl status`` from start to exit, read from the
-  fleet's state dir (its four endpoints asked, its agent read), the interpreter's start
+  fleet's state dir (its five endpoints asked, and its agent, found in the state dir's
+  ``endpoints.json``, read), the interpreter's start
   and every import included: the figure the issue sets at 300 ms.
 - ``status -o json: process``: the same, printing the JSON document.
 - ``sandboxctl --version: process``: the floor under both, the interpreter and the CLI's
@@ -50,16 +51,16 @@ def run() -> Iterator[Row]:
     work = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-status-", dir="/tmp"))
     work.chmod(0o711)
     try:
-        with _serve(work) as (state_dir, agent):
-            yield from _processes(state_dir, agent)
-            yield _collection(state_dir, agent)
+        with _serve(work) as state_dir:
+            yield from _processes(state_dir)
+            yield _collection(state_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _processes(state_dir: Path, agent: str) -> Iterator[Row]:
-    status = [sys.executable, "-m", "sandboxctl", "status", "--state-dir", str(state_dir),
-              "--sandboxd-seeds", agent]  # fmt: skip
+def _processes(state_dir: Path) -> Iterator[Row]:
+    # No --sandboxd-seeds: serve names its agent in the state dir, as an operator reads it.
+    status = [sys.executable, "-m", "sandboxctl", "status", "--state-dir", str(state_dir)]
     for case, command in (
         ("status: process", status),
         ("status -o json: process", [*status, "-o", "json"]),
@@ -79,11 +80,11 @@ def _process(command: list[str]) -> dict[str, float]:
     return {**timing.figures("ms"), "cpu_p50_ms": _median(cpu[WARMUP:])}
 
 
-def _collection(state_dir: Path, agent: str) -> Row:
+def _collection(state_dir: Path) -> Row:
     from sandboxctl.core.freshness import FreshnessRule
     from sandboxctl.inventory.status import FromStateDir, collect_status
 
-    source = FromStateDir(state_dir, (agent,))
+    source = FromStateDir(state_dir)
     rule = FreshnessRule()
     timing = measure(lambda: collect_status(source, rule), runs=50, warmup=3)
     return _row("status: collection in process", **timing.figures("ms"))
@@ -107,13 +108,13 @@ def _median(values: list[float]) -> float:
 
 class _serve:
     """``serve`` over ``work`` until the block ends (SIGTERM: it destroys its sandboxes);
-    enters as (its state dir, its agent's address)."""
+    enters as its state dir."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> tuple[Path, str]:
+    def __enter__(self) -> Path:
         ports = [_free_port() for _ in range(4)]
         state_dir = self.work / "state"
         runtime = self.work / "runtime"
@@ -139,7 +140,7 @@ class _serve:
                 self.__exit__()
                 raise RuntimeError(f"serve did not get ready:\n{log.read_text()[-2000:]}")
             time.sleep(0.1)  # a process's output: nothing to wait on but the file
-        return state_dir, f"127.0.0.1:{ports[3]}"
+        return state_dir
 
     def __exit__(self, *exc: object) -> None:
         process = self.process
