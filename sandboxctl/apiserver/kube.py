@@ -61,6 +61,7 @@ from sandboxctl.serving.apps import (
     json_app,
     read_body,
 )
+from sandboxctl.serving.metrics import RequestTimes, timed
 from sandboxctl.store import Query, SandboxStore
 from sandboxctl.store.errors import Expired
 from sandboxctl.store.watch import Watch
@@ -76,6 +77,7 @@ BOOKMARK_SECONDS: Final = 30.0  # between the bookmarks of a watch that allows t
 MATCHES: Final = frozenset({"", "NotOlderThan", "Exact"})
 _TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+SERVICE: Final = "apiserver"  # its requests' service label (``serving.metrics``)
 MAX_BODY_BYTES: Final = 3 << 20  # a Kubernetes API server's default cap
 MAX_BODY_DEPTH: Final = 64  # nesting of a body's arrays and objects; deeper is 400
 
@@ -87,9 +89,14 @@ def create_kube_app(
     stopping: Callable[[], bool] = lambda: False,
     bookmark_interval: float = BOOKMARK_SECONDS,
     aliases: Mapping[str, tuple[str, str]] = DEFAULT_ALIASES,
+    times: RequestTimes | None = None,
+    front: Callable[[FastAPI], Any] | None = None,
 ) -> FastAPI:
     """The API app over ``store``, for the holders of ``tokens``; a create reads its image
-    through ``aliases`` as the e2b API reads a ``templateID`` (give both the same). A
+    through ``aliases`` as the e2b API reads a ``templateID`` (give both the same). Its
+    requests are timed into ``times`` as :data:`SERVICE` when given, around ``front``
+    when given (what authenticates outside it: aggregation's requestheader check and
+    access review, whose time is the request's too; the app returned is then front's). A
     watch wakes at once for
     an inventory change (the source notifies the store) and for this server's own writes;
     every ``watch_interval`` s it also reads anyway, for what no notification announces:
@@ -110,7 +117,7 @@ def create_kube_app(
     app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
     if tokens is not None:  # None: authenticated outside it (delegated, behind aggregation)
         app.add_middleware(Authenticated, tokens=tokens)  # outermost: before any body is read
-    return app
+    return timed(front(app) if front is not None else app, times, SERVICE)
 
 
 def _add_discovery(app: FastAPI) -> None:

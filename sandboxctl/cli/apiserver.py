@@ -4,12 +4,10 @@ beside it the e2b-compatible API when e2b keys (or anonymous mode) are configure
 from __future__ import annotations
 
 import contextlib
-import logging
-import socket
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -82,9 +80,9 @@ from sandboxctl.core.leases import (
 )
 from sandboxctl.lifecycle import Group
 from sandboxctl.secretfiles import read_secret
-from sandboxctl.serving import Served, Tls, bind, tls_files
-from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS, ReadBounds
-from sandboxctl.serving.metrics import RequestTimes, metrics_app, timed
+from sandboxctl.serving import bind, tls_files
+from sandboxctl.serving.bounds import DEFAULT_MAX_CONNECTIONS
+from sandboxctl.serving.metrics import MetricsListener
 
 
 def serve_apiserver(
@@ -218,7 +216,7 @@ def serve_apiserver(
         e2b_alias_file,
     )
     e2b_address = parse_listen("--e2b-listen", e2b_listen) if e2b_config else None
-    metrics = MetricsListener.parse(metrics_listen)
+    metrics = metrics_listener(metrics_listen)
     mesh = fleet_source(
         source, seeds, token_file, inventory_poll, kubeconfig, publish_interval, log
     )
@@ -266,6 +264,10 @@ def serve_apiserver(
             mesh.description,
             len(tokens) if tokens is not None else 0,
         )
+        front = None
+        if delegated is not None and isinstance(mesh, KubeSource):
+            front = functools.partial(delegated.wrap, source=mesh)
+            log.info("aggregated mode: requestheader authentication, SubjectAccessReview")
         # Open watches end as soon as the stop begins, so a stop signal is not held up for
         # as long as a watch may last (kubectl asks for 5 to 10 min).
         app = create_kube_app(
@@ -273,52 +275,21 @@ def serve_apiserver(
             None if delegated else tokens,
             stopping=manager.stopping.is_set,
             aliases=template_aliases(e2b_config),
+            times=times,
+            front=front,
         )
-        if delegated is not None and isinstance(mesh, KubeSource):
-            app = delegated.wrap(app, mesh)
-            log.info("aggregated mode: requestheader authentication, SubjectAccessReview")
-        listeners = [(timed(app, times, "apiserver"), sock)]
+        listeners = [(app, sock)]
         if e2b_config is not None and e2b_sock is not None:
             e2b_host, e2b_port = e2b_sock.getsockname()[:2]
             log.info("serving the e2b API on %s", server_url(e2b_host, e2b_port, tls is not None))
             listeners.append((create_e2b_app(store, e2b_config, times), e2b_sock))
-        manager.add(metrics.served(listeners, tls, bounds, log), Group.SERVERS)
+        manager.add(metrics.served(listeners, tls, bounds, log=log), Group.SERVERS)
         run_until_stopped(manager)
 
 
-@dataclass
-class MetricsListener:
-    """``--metrics-listen``: its address (checked before anything binds), then its socket
-    and the request histograms the two APIs fill; nothing of it without the flag."""
-
-    address: tuple[str, int] | None
-    times: RequestTimes | None = None
-    sock: socket.socket | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> MetricsListener:
-        return cls(parse_listen("--metrics-listen", text) if text else None)
-
-    def bind(self, running: contextlib.ExitStack) -> RequestTimes | None:
-        """Listen now (a taken port fails before anything serves); the histograms."""
-        if self.address is not None:
-            self.sock = running.enter_context(bind(*self.address))
-            self.times = RequestTimes()
-        return self.times
-
-    def served(
-        self,
-        apis: list[tuple[Any, socket.socket]],
-        tls: Tls | None,
-        bounds: ReadBounds,
-        log: logging.Logger,
-    ) -> Served:
-        """The APIs' listeners, HTTPS with ``tls``, and this one's, plain HTTP."""
-        listeners = list(apis)
-        if self.times is not None and self.sock is not None:
-            log.info("serving /metrics on %s", server_url(*self.sock.getsockname()[:2]))
-            listeners.append((metrics_app(self.times), self.sock))
-        return Served(listeners, tls=tls, tls_only=[s for _, s in apis], bounds=bounds)
+def metrics_listener(text: str) -> MetricsListener:
+    """``--metrics-listen``'s listener, its address checked before anything binds."""
+    return MetricsListener(parse_listen("--metrics-listen", text) if text else None)
 
 
 def template_aliases(e2b_config: E2bConfig | None) -> Mapping[str, tuple[str, str]]:

@@ -60,7 +60,7 @@ from sandboxctl.sandboxd.runtimedir import (
 from sandboxctl.sandboxd.templates.store import DEFAULT_STORE
 from sandboxctl.serving import Served, Tls
 from sandboxctl.serving.bounds import ReadBounds
-from sandboxctl.serving.metrics import RequestTimes, metrics_app, timed
+from sandboxctl.serving.metrics import MetricsListener
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.nodes import NodeAccess
 
@@ -144,8 +144,9 @@ def _held(lock: Path) -> bool:
 
 
 def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> int:
-    """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy) until
-    a stop signal; then stop every part, destroying the sandboxes unless asked not to.
+    """Serve the fleet on ``sockets`` (bound, in the order agent, kube, e2b, proxy,
+    metrics) until a stop signal; then stop every part, destroying the sandboxes unless
+    asked not to.
     The exit code (the process manager's). The caller holds the owner lock of the
     fleet's runtime dir (``runtimedir.prepare``)."""
     template = prepare_template(fleet.template, fleet.template_store)  # first start: a build
@@ -218,10 +219,10 @@ def _served(
 ) -> Served:
     """Every API of the fleet, on its socket: the agent's, the Sandbox API (HTTPS), the
     e2b API and the envd proxy over the same store (the SDK's envd calls)."""
-    agent_sock, kube_sock, e2b_sock, proxy_sock, *metrics_sock = sockets
+    agent_sock, kube_sock, e2b_sock, proxy_sock, metrics_sock = sockets
     # The agent and the proxy serve their /metrics themselves; the two APIs' go to a
     # listener of their own, where a tenant's e2b key reads nothing of the fleet's.
-    times = RequestTimes()
+    metrics = MetricsListener.on(metrics_sock)
     config = E2bConfig(
         domain=fleet.domain,
         envd_secret=found.envd_secret,
@@ -232,16 +233,19 @@ def _served(
     # Open watches end as soon as the stop begins, so they do not hold it up.
     # Both APIs read a template name alike: web.yaml's `image: base` is Sandbox.create()'s.
     kube_app = create_kube_app(
-        store, found.kube_tokens, stopping=manager.stopping.is_set, aliases=config.aliases
+        store,
+        found.kube_tokens,
+        stopping=manager.stopping.is_set,
+        aliases=config.aliases,
+        times=metrics.times,
     )
     listeners: list[tuple[Any, socket.socket]] = [
         (create_agent_app(agent, found.root_token), agent_sock),
-        (timed(kube_app, times, "apiserver"), kube_sock),
-        (create_e2b_app(store, config, times), e2b_sock),
+        (kube_app, kube_sock),
+        (create_e2b_app(store, config, metrics.times), e2b_sock),
         (create_proxy_app(store, found.envd_secret, fleet.domain), proxy_sock),
     ]
-    listeners += [(metrics_app(times), sock) for sock in metrics_sock]
-    return Served(listeners, tls=kube_tls, tls_only=[kube_sock], bounds=fleet.bounds)
+    return metrics.served(listeners, kube_tls, fleet.bounds, tls_only=[kube_sock])
 
 
 def _stop_parts(

@@ -11,8 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Final, NamedTuple
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter
 from websockets.exceptions import InvalidHandshake
 
 from sandboxctl.apiserver.e2b.models import envd_access_token, traffic_access_token
@@ -36,7 +35,7 @@ from sandboxctl.relay import (
     relay_websocket,
     request_head,
 )
-from sandboxctl.serving.metrics import UNMATCHED, RequestTimes, Timed
+from sandboxctl.serving.metrics import CONTENT_TYPE, UNMATCHED, RequestTimes, timed
 from sandboxctl.store import SandboxStore
 from sandboxctl.store.owners import CAPACITY, Owner
 
@@ -47,6 +46,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+SERVICE: Final = "proxy"  # its requests' service label (``serving.metrics``)
 ENVD_PORT: Final = 49983
 JSON: Final = "application/json"
 TRAFFIC_TOKEN: Final = "e2b-traffic-access-token"
@@ -92,10 +92,14 @@ class ProxyMetrics:
         )
         for outcome in OUTCOMES:
             self.requests.labels(outcome)
-        self.times = RequestTimes(self.registry).of("proxy")
+        self.times = RequestTimes(self.registry)
 
     def count(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format (``serving.metrics.CONTENT_TYPE``)."""
+        return self.times.render()
 
 
 class ProxyApp:
@@ -117,7 +121,7 @@ class ProxyApp:
         self._upstream = Upstream(CONNECT_TIMEOUT, on_connect=self.metrics.connections.inc)
         self._guests = DirectGuests()
         quiet_cut_streams()
-        self._timed = Timed(self._http, self.metrics.times, _route_label)
+        self._timed = timed(self._http, self.metrics.times, SERVICE, _route_label)
         # One HMAC per claim token, not per request: the same bound as the owners kept.
         self._access_token = functools.lru_cache(maxsize=CAPACITY)(
             functools.partial(envd_access_token, envd_secret)
@@ -132,10 +136,6 @@ class ProxyApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route by the Host (or headers) to a sandbox's port: envd's, or a guest's."""
         headers = _headers(scope)
-        if scope["path"] == "/healthz" and scope["method"] in ("GET", "HEAD"):
-            scope[ROUTE_LABEL] = "/healthz"
-            await _reply(send, 204, None)
-            return
         try:
             target = route(headers, self.domain)
         except BadRoute as error:
@@ -151,14 +151,19 @@ class ProxyApp:
             await self._envd(scope, receive, send, headers, target)
 
     async def _no_sandbox(self, scope: Scope, send: Send) -> None:
-        """A request that names no sandbox: the proxy's own metrics, or a 400. A sandbox's
-        host never gets here: its ``/metrics`` is the sandbox's own."""
-        if scope["path"] == "/metrics" and scope["method"] == "GET":
-            scope[ROUTE_LABEL] = "/metrics"
-            payload = generate_latest(self.metrics.registry)
-            await _reply_bytes(send, 200, payload, CONTENT_TYPE_LATEST)
-            return
-        await self._bad_request(send, NO_SANDBOX)
+        """A request that names no sandbox: the proxy's own routes, ``/healthz`` and
+        ``/metrics``, or a 400. A sandbox's host never gets here: its ``/healthz`` and
+        ``/metrics`` are its guest's own."""
+        path, method = scope["path"], scope["method"]
+        if path == "/healthz" and method in ("GET", "HEAD"):
+            scope[ROUTE_LABEL] = path
+            await _reply(send, 204, None)
+        elif path == "/metrics" and method == "GET":
+            scope[ROUTE_LABEL] = path
+            payload = self.metrics.render()
+            await _reply_bytes(send, 200, payload, CONTENT_TYPE)
+        else:
+            await self._bad_request(send, NO_SANDBOX)
 
     async def _envd(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target

@@ -53,7 +53,7 @@ from sandboxctl.sandboxd.errors import (
 )
 from sandboxctl.sandboxd.guestports import PATH as PORTS_PATH
 from sandboxctl.sandboxd.guestports import GuestPorts
-from sandboxctl.sandboxd.metrics import CONTENT_TYPE, AgentMetrics
+from sandboxctl.sandboxd.metrics import SERVICE, AgentMetrics
 from sandboxctl.sandboxd.runtime import SIZE_LIMITS, RuntimeFailure, Size
 from sandboxctl.sandboxd.state import SandboxRecord
 from sandboxctl.serving.apps import (
@@ -66,7 +66,7 @@ from sandboxctl.serving.apps import (
     no_content,
     refusal,
 )
-from sandboxctl.serving.metrics import UNMATCHED, Timed, route_template
+from sandboxctl.serving.metrics import CONTENT_TYPE, UNMATCHED, route_template, timed
 
 MAX_BODY_BYTES = 1 << 20
 RUNTIME_FAILED = "the sandbox runtime failed on this node (its log says why)"
@@ -124,7 +124,7 @@ def create_app(agent: Agent, root_token: str | None, request_histograms: bool = 
     ports = GuestPorts(agent, may_act_on)
     # Outermost, so envd's and the guest ports' requests are counted and timed too.
     limited = BodyLimit(app, envd=envd, ports=ports)
-    return Timed(limited, metrics.observe, _route_of)  # type: ignore[return-value]
+    return timed(limited, metrics, SERVICE, _route_of)  # type: ignore[return-value]
 
 
 def _add_sandbox_routes(

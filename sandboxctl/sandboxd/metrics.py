@@ -12,10 +12,7 @@ from prometheus_client.registry import Collector
 
 from sandboxctl.agentapi.models import AgentInfo
 from sandboxctl.sandboxd.usage import UsageSampler
-from sandboxctl.serving.metrics import RequestTimes
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
+from sandboxctl.serving.metrics import Observe, RequestTimes
 
 SERVICE = "sandboxd"
 
@@ -37,17 +34,22 @@ class AgentMetrics:
             ["route", "method", "status"],
             registry=self.registry,
         )
-        times = RequestTimes(self.registry).of(SERVICE) if request_histograms else None
-        self._times = times
+        self._times = RequestTimes(self.registry) if request_histograms else None
         self.registry.register(_PoolCollector(info))
         if usage is not None:
             self.registry.register(_UsageCollector(usage))
 
-    def observe(self, route: str, method: str, status: str, seconds: float) -> None:
-        """One request answered (``serving.metrics.Timed`` calls it)."""
-        self.requests.labels(route, method, status).inc()
-        if self._times is not None:
-            self._times(route, method, status, seconds)
+    def of(self, service: str) -> Observe:
+        """The observer of ``service``'s requests (``serving.metrics.timed`` asks for
+        it): each is counted, and timed unless the histograms are left out."""
+        timed = self._times.of(service) if self._times is not None else None
+
+        def observe(route: str, method: str, status: str, seconds: float) -> None:
+            self.requests.labels(route, method, status).inc()
+            if timed is not None:
+                timed(route, method, status, seconds)
+
+        return observe
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,6 +1,9 @@
 """Request latency on every HTTP service, in one shape: a Prometheus histogram
 ``sandboxctl_http_request_duration_seconds`` by ``service``, ``route``, ``method`` and
-``status``, which :class:`Timed` (plain ASGI, around the whole app) fills.
+``status``, which :class:`Timed` (plain ASGI, around the whole app) fills. Every app
+factory times its requests through :func:`timed` with its service's ``SERVICE`` name; a
+process whose apps serve no ``/metrics`` of their own serves theirs on a
+:class:`MetricsListener`.
 
 ``route`` is the route template the router matched (``/sandboxes/{sandboxID}``), never
 the path a client sent: an id in a label would make a series per sandbox. A request no
@@ -11,13 +14,19 @@ the app to the answer's last byte (a streamed answer counts whole).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sandboxctl.serving import Served, Tls, bind
+from sandboxctl.serving.bounds import ReadBounds
 
 NAME: Final = "sandboxctl_http_request_duration_seconds"
 LABELS: Final = ("service", "route", "method", "status")
@@ -29,10 +38,20 @@ UNMATCHED: Final = "unmatched"
 OTHER_METHOD: Final = "other"
 NO_ANSWER: Final = "none"  # the client left, or the app failed, before an answer began
 METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+# What generate_latest writes for these names (the classic text format), whichever
+# version of prometheus_client names as its latest; every /metrics of sandboxctl says it.
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 Observe = Callable[[str, str, str, float], None]  # route, method, status, seconds
 RouteOf = Callable[[Scope], str]
+App = TypeVar("App")
+
+
+class Timings(Protocol):
+    """Where a service's requests are observed: :class:`RequestTimes`, or a service's own
+    metrics that also count them (sandboxd's)."""
+
+    def of(self, service: str) -> Observe: ...
 
 
 class RequestTimes:
@@ -91,7 +110,13 @@ class Timed:
         self.app = app
         self.observe = observe
         self.route_of = route_of
-        self.state = getattr(app, "state", None)  # what callers read from the app it wraps
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything but a request is the wrapped app's (its state, its routes), so a timed
+        # app reads as the app its factory built.
+        if name == "app":  # not set yet: no wrapped app to ask
+            raise AttributeError(name)
+        return getattr(self.app, name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,29 +142,81 @@ class Timed:
             )
 
 
-def timed(app: ASGIApp, times: RequestTimes | None, service: str) -> ASGIApp:
-    """``app`` with its requests timed into ``times`` as ``service``; as it is without."""
-    return app if times is None else Timed(app, times.of(service))
+def timed(app: App, times: Timings | None, service: str, route_of: RouteOf = route_template) -> App:
+    """``app`` with its requests timed into ``times`` as ``service``; as it is without.
+    Around the whole app, outside Starlette's own error middleware, so a bug's 500 is
+    timed as a 500. Every app factory calls it last."""
+    if times is None:
+        return app
+    return cast(App, Timed(cast(ASGIApp, app), times.of(service), route_of))
 
 
 def metrics_app(times: RequestTimes) -> ASGIApp:
     """An app of its own for a metrics listener: ``GET /metrics`` is the registry of
-    ``times``, ``GET /healthz`` answers 204, anything else 404 with a JSON body."""
+    ``times``, ``GET /healthz`` answers 204; another method on either is 405 (``Allow:
+    GET``), any other path 404, each with a JSON body."""
     text = [(b"content-type", CONTENT_TYPE.encode())]
     json = [(b"content-type", b"application/json")]
     not_served = b'{"error": "only GET /metrics and GET /healthz are served here"}'
+    only_get = b'{"error": "only GET is served on this path"}'
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        route = (scope["method"], scope["path"])
-        if route == ("GET", "/metrics"):
-            status, headers, payload = 200, text, times.render()
-        elif route == ("GET", "/healthz"):
-            status, headers, payload = 204, [], b""
-        else:
+        path = scope["path"]
+        if path not in ("/metrics", "/healthz"):
             status, headers, payload = 404, json, not_served
+        elif scope["method"] != "GET":
+            status, headers, payload = 405, [*json, (b"allow", b"GET")], only_get
+        elif path == "/metrics":
+            status, headers, payload = 200, text, times.render()
+        else:
+            status, headers, payload = 204, [], b""
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
     return app
+
+
+@dataclass
+class MetricsListener:
+    """A plain-HTTP listener of its own for the request histograms of the APIs a process
+    serves that have no ``/metrics`` of their own (a tenant's key must not read the
+    fleet's figures): its address, checked before anything binds, then its socket and the
+    histograms the APIs fill; nothing of it without an address."""
+
+    address: tuple[str, int] | None
+    times: RequestTimes | None = None
+    sock: socket.socket | None = None
+
+    @classmethod
+    def on(cls, sock: socket.socket) -> MetricsListener:
+        """A listener on a socket already bound (``serve`` binds every port first)."""
+        return cls(sock.getsockname()[:2], RequestTimes(), sock)
+
+    def bind(self, running: contextlib.ExitStack) -> RequestTimes | None:
+        """Listen now (a taken port fails before anything serves); the histograms."""
+        if self.address is not None and self.sock is None:
+            self.sock = running.enter_context(bind(*self.address))
+            self.times = RequestTimes()
+        return self.times
+
+    def served(
+        self,
+        apis: Sequence[tuple[Any, socket.socket]],
+        tls: Tls | None,
+        bounds: ReadBounds,
+        tls_only: Collection[socket.socket] | None = None,
+        log: logging.Logger | None = None,
+    ) -> Served:
+        """The APIs' listeners (HTTPS with ``tls``, on ``tls_only``, default every one of
+        theirs) and this one's, plain HTTP (its URL logged to ``log``)."""
+        listeners = list(apis)
+        if self.times is not None and self.sock is not None:
+            listeners.append((metrics_app(self.times), self.sock))
+            if log is not None:
+                host, port = self.sock.getsockname()[:2]
+                host = f"[{host}]" if ":" in host else host
+                log.info("serving /metrics on http://%s:%d/metrics", host, port)
+        only = [sock for _, sock in apis] if tls_only is None else list(tls_only)
+        return Served(listeners, tls=tls, tls_only=only, bounds=bounds)

@@ -1,5 +1,6 @@
-"""The envd proxy's own ``/metrics``: request latency by the route the proxy took, on the
-proxy's own host only; a sandbox's host keeps its ``/metrics`` (the guest's)."""
+"""The envd proxy's own ``/metrics`` and ``/healthz``: request latency by the route the
+proxy took, on the proxy's own host only; a sandbox's host keeps its ``/metrics`` and
+``/healthz`` (the guest's)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,25 @@ def test_metrics_on_a_sandbox_host_is_the_guests_own(client: httpx.Client, fleet
 
     assert standin.requests[-1] == f"GET /v1/sandboxes/{LISTED}/ports/8080/metrics"
     assert HISTOGRAM not in response.text  # relayed, not the proxy's own
+
+
+def test_healthz_on_a_sandbox_host_is_the_guests_own(client: httpx.Client, fleet: Fleet) -> None:
+    standin = fleet.standins["node-a"]
+    host = f"8080-{public(LISTED)}.{DOMAIN}"
+
+    response = client.get("/healthz", headers={"Host": host})
+
+    assert standin.requests[-1] == f"GET /v1/sandboxes/{LISTED}/ports/8080/healthz"
+    # the stand-in agent's answer, not the proxy's 204
+    assert (response.status_code, response.json()) == (404, {"error": "not found"})
+
+
+def test_healthz_by_sandbox_headers_is_the_guests_own(
+    client: httpx.Client, fleet: Fleet, sdk_headers: Headers
+) -> None:
+    standin = fleet.standins["node-a"]
+
+    response = client.get("/healthz", headers=sdk_headers(port="8080"))
+
+    assert response.status_code == 404  # the stand-in agent's answer, not the proxy's 204
+    assert standin.requests[-1] == f"GET /v1/sandboxes/{LISTED}/ports/8080/healthz"

@@ -86,3 +86,23 @@ def test_the_metrics_listener_serves_metrics_and_health_only(times: RequestTimes
         other = httpx.get(f"{base}/sandboxes")
         assert other.status_code == 404
         assert other.json() == {"error": "only GET /metrics and GET /healthz are served here"}
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/metrics"), ("DELETE", "/healthz")])
+def test_the_metrics_listener_refuses_another_method_with_405(
+    times: RequestTimes, method: str, path: str
+) -> None:
+    with serving(metrics_app(times)) as base:
+        refused = httpx.request(method, f"{base}{path}")
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "GET"
+    assert refused.json() == {"error": "only GET is served on this path"}
+
+
+def test_a_timed_app_reads_as_the_app_it_wraps(times: RequestTimes) -> None:
+    app = json_app("test")
+    app.state.marker = "mine"
+    wrapped = timed(app, times, "test")
+    assert wrapped is not app
+    assert wrapped.state.marker == "mine"
+    assert wrapped.routes == app.routes

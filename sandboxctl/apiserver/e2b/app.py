@@ -9,8 +9,8 @@ option, never ignored. See docs/e2b-compat.md for the endpoint table; the routes
 ``routes.ROUTES``, one function each.
 
 It serves no ``/metrics`` of its own: a tenant's key must not read the fleet's figures.
-With ``times``, its requests are timed there (``serving.metrics``), and the process
-serves that registry on a listener of its own (``--metrics-listen``).
+With ``times``, its requests are timed there as :data:`SERVICE` (``serving.metrics``),
+and the process serves that registry on a listener of its own (``MetricsListener``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sandboxctl.apiserver.e2b.config import E2bConfig
 from sandboxctl.apiserver.e2b.routes import ROUTES
 from sandboxctl.apiserver.e2b.service import E2bError, E2bService, answer_error, unmatched
 from sandboxctl.serving.apps import BodyCap, install_error_handlers, json_app
-from sandboxctl.serving.metrics import RequestTimes, Timed
+from sandboxctl.serving.metrics import RequestTimes, timed
 from sandboxctl.store import SandboxStore
 
 MAX_BODY_BYTES: Final = 1 << 20  # every body is a small JSON object
@@ -41,9 +41,7 @@ def create_e2b_app(
         app.add_api_route(path, route, methods=[method])
     install_error_handlers(app, translate=answer_error, unmatched=unmatched)
     app.add_middleware(BodyCap, limit=MAX_BODY_BYTES, refuse=_too_large)
-    if times is not None:  # outermost: a refused body is timed too
-        app.add_middleware(Timed, observe=times.of(SERVICE))
-    return app
+    return timed(app, times, SERVICE)  # around it all: a refused body is timed too
 
 
 def _too_large(limit: int) -> E2bError:
