@@ -5,6 +5,7 @@ an unknown id says that sandbox was not found."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,20 @@ def test_every_operation_of_the_openapi_document_is_routed() -> None:
     assert operations - ROUTED == set()
 
 
+def test_a_parameter_is_spelled_alike_on_every_route() -> None:
+    """The route template is the request histogram's ``route`` label: the sandbox of
+    ``/sandboxes/{sandbox_id}/fork`` is spelled as that of the served routes."""
+    spellings: dict[str, set[str]] = {}
+    for _, path, _ in ROUTES:
+        segments = path.split("/")
+        for before, segment in itertools.pairwise(segments):
+            if PARAMETER.fullmatch(segment):
+                spellings.setdefault(before, set()).add(segment)
+    assert {before: names for before, names in spellings.items() if len(names) > 1} == {}
+    assert spellings["sandboxes"] == {"{sandbox_id}"}
+    assert spellings["templates"] == {"{template_id}"}
+
+
 def test_unserved_operations_are_not_served_twice() -> None:
     unserved = [_shape(op.method, op.path) for op in UNSERVED]
     served = [_shape(m, p) for m, p, _ in ROUTES[: len(ROUTES) - len(UNSERVED)]]
@@ -115,7 +130,7 @@ def test_the_sdk_raises_a_clear_exception_for_fork_and_snapshot(url: str) -> Non
     with pytest.raises(SandboxException) as forked:
         Sandbox.fork("sb-0001de", **options)  # type: ignore[call-overload]
     assert not isinstance(forked.value, NotFoundException)
-    assert "501: fork (POST /sandboxes/{sandboxID}/fork) is not served" in str(forked.value)
+    assert "501: fork (POST /sandboxes/{sandbox_id}/fork) is not served" in str(forked.value)
     with pytest.raises(SandboxException) as snapshot:
         Sandbox.create_snapshot("sb-0001de", **options)  # type: ignore[call-overload]
     assert "not found" not in str(snapshot.value)
