@@ -6,9 +6,7 @@ is served by one uvicorn server (``serving.Served``), under one process manager
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import signal
 import socket
 import sys
@@ -41,16 +39,15 @@ from sandboxctl.fleet.template import aliases, prepare_template
 from sandboxctl.inventory.mesh import MeshInventorySource
 from sandboxctl.lifecycle import STOP_SIGNALS, Group, Manager
 from sandboxctl.proxy import create_proxy_app
+from sandboxctl.sandboxd import runtimedir
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app as create_agent_app
 from sandboxctl.sandboxd.bubblewrap import BubblewrapRuntime
-from sandboxctl.sandboxd.errors import StateDirInUse
 from sandboxctl.sandboxd.network.sandboxes import AUTO, sandbox_network
 from sandboxctl.sandboxd.recovery import recover_agent
 from sandboxctl.sandboxd.runtimedir import (
     DEFAULT_RUNTIME_ROOT,
     LINK,
-    OWNER_LOCK,
     RuntimeDir,
     check_reach,
     collect_gone,
@@ -67,7 +64,6 @@ from sandboxctl.store.nodes import NodeAccess
 log = logging.getLogger("sandboxctl.serve")
 
 DEFAULT_DOMAIN = "sandboxctl.local"
-AGENT_LOCK = "sandboxd.lock"  # in the agent's state dir, held while it runs (sandboxd/agent.py)
 MESH_POLL = timedelta(seconds=1)
 
 
@@ -121,26 +117,8 @@ class Fleet:
 def refuse_state_dir_in_use(state_dir: Path, runtime: RuntimeDir) -> None:
     """StateDirInUse when a running agent holds ``state_dir``: a ``serve`` holds its
     runtime dir's owner lock, an agent (``serve``'s, or ``serve-sandboxd`` on its agent
-    dir) its state lock. Probed, not taken, and nothing is created: the checks before the
-    ports write nothing (``prepare`` and the agent take both locks for good later)."""
-    for lock in (runtime.path / OWNER_LOCK, state_dir / AGENT_DIR / AGENT_LOCK):
-        if _held(lock):
-            raise StateDirInUse(f"--state-dir {state_dir} is in use by another running agent")
-
-
-def _held(lock: Path) -> bool:
-    """Whether a process holds the flock of ``lock``; False when there is no such file."""
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # and with it the lock this probe may have taken
-    return False
+    dir) its state lock (``runtimedir.refuse_state_dir_in_use``: probed, nothing made)."""
+    runtimedir.refuse_state_dir_in_use(state_dir, runtime, state_dir / AGENT_DIR)
 
 
 def run_fleet(fleet: Fleet, rule: FreshnessRule, sockets: list[socket.socket]) -> int:

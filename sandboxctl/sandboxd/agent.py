@@ -46,7 +46,6 @@ from sandboxctl.sandboxd.errors import (
     BadRequest,
     Conflict,
     NoSuchSandbox,
-    StateDirInUse,
 )
 from sandboxctl.sandboxd.events import EventLog
 from sandboxctl.sandboxd.homes import Homes
@@ -62,6 +61,7 @@ from sandboxctl.sandboxd.leases import (
 from sandboxctl.sandboxd.network.sandboxes import SandboxNetwork
 from sandboxctl.sandboxd.pools import WarmPools, check_pool_key, check_targets
 from sandboxctl.sandboxd.runtime import Identity, Runtime, RuntimeFailure, SandboxSpec
+from sandboxctl.sandboxd.runtimedir import STATE_LOCK, state_dir_in_use
 from sandboxctl.sandboxd.state import STATE_FILE, SandboxRecord, StateCorrupt, StateStore
 from sandboxctl.sandboxd.templates.catalog import Catalog, Served
 from sandboxctl.sandboxd.tokens import EndedTokens, new_token
@@ -599,12 +599,12 @@ def _lock_state_dir(state_dir: Path) -> IO[str]:
     """One agent per state directory: a second one would adopt, and maybe destroy,
     sandboxes the first still serves. The lock is held while the returned file is open."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    lock_file = (state_dir / "sandboxd.lock").open("w")
+    lock_file = (state_dir / STATE_LOCK).open("w")
     try:
         fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock_file.close()
-        raise StateDirInUse(f"--state-dir {state_dir} is in use by another running agent") from None
+        raise state_dir_in_use(state_dir) from None
     return lock_file
 
 

@@ -65,6 +65,7 @@ OWNER_LOCK = "owner.lock"
 HOMES = "homes"
 UIDS = "uids"
 KEY_DIGITS = 16
+STATE_LOCK = "sandboxd.lock"  # in an agent's state dir, held while it runs (agent.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +250,29 @@ def in_use(path: Path) -> bool:
             return not free
 
 
+def lock_held(lock: Path) -> bool:
+    """Whether a process holds the flock of ``lock`` (an owner lock, an agent's
+    ``STATE_LOCK``): probed, never kept; False when there is no such file."""
+    with _lock_if_free(lock) as free:
+        return free is False
+
+
+def refuse_state_dir_in_use(state_dir: Path, runtime: RuntimeDir, agent_dir: Path) -> None:
+    """StateDirInUse when a running agent holds ``state_dir``: its runtime dir's owner
+    lock is held (a ``serve`` or an agent starting or running), or the ``STATE_LOCK`` of
+    the agent's own state dir ``agent_dir`` (``state_dir`` itself, or a directory in it).
+    Probed, not taken, and nothing is created: a start's checks before its ports write
+    nothing (``prepare`` and the agent take both locks for good later)."""
+    for lock in (runtime.path / OWNER_LOCK, agent_dir / STATE_LOCK):
+        if lock_held(lock):
+            raise state_dir_in_use(state_dir)
+
+
+def state_dir_in_use(state_dir: Path) -> StateDirInUse:
+    """The refusal of a start whose state dir another running agent holds."""
+    return StateDirInUse(f"--state-dir {state_dir} is in use by another running agent")
+
+
 def _lock_owner(runtime: RuntimeDir) -> OwnerLock:
     """Under the claims lock: hold the owner lock of ``runtime``, or StateDirInUse."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -257,9 +281,7 @@ def _lock_owner(runtime: RuntimeDir) -> OwnerLock:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StateDirInUse(
-            f"--state-dir {runtime.state_dir} is in use by another running agent"
-        ) from None
+        raise state_dir_in_use(runtime.state_dir) from None
     return OwnerLock(fd)
 
 
@@ -277,9 +299,17 @@ def _owner_lock_if_free(entry: Path) -> Iterator[bool | None]:
     """Under the claims lock: True, holding it, when no process holds ``entry``'s owner
     lock (its agent is neither starting nor running); False when one does; None when it
     has none."""
+    with _lock_if_free(entry / OWNER_LOCK) as free:
+        yield free
+
+
+@contextlib.contextmanager
+def _lock_if_free(lock: Path) -> Iterator[bool | None]:
+    """True, holding it, when no process holds the flock of ``lock``; False when one
+    does; None when there is no such file. Creates nothing."""
     try:
-        fd = os.open(entry / OWNER_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
         yield None
         return
     try:

@@ -3,7 +3,9 @@ host-wide uid claims that keep two agents on one host from sharing a uid."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -21,11 +23,15 @@ from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.bubblewrap import passwd_paths
 from sandboxctl.sandboxd.errors import StateDirInUse
 from sandboxctl.sandboxd.runtimedir import (
+    OWNER_LOCK,
+    STATE_LOCK,
     RuntimeDir,
     check_root,
     collect_gone,
     link,
+    lock_held,
     prepare,
+    refuse_state_dir_in_use,
     runtime_dir,
 )
 from sandboxctl.sandboxd.uids import UidClaims
@@ -100,6 +106,31 @@ def test_a_second_start_of_a_state_dir_is_refused_while_the_first_holds_it(top: 
             f"--state-dir {layout.state_dir} is in use by another running agent"
         )
     prepare(layout).close()  # free again once the first has stopped
+
+
+def test_the_in_use_probe_sees_either_lock_and_takes_and_makes_nothing(top: Path) -> None:
+    layout = _prepared(_layout(top, "checkout"))
+    agent_dir = layout.state_dir / "agent"
+    refused = f"--state-dir {layout.state_dir} is in use by another running agent"
+
+    refuse_state_dir_in_use(layout.state_dir, layout, agent_dir)  # neither held, one missing
+    assert not agent_dir.exists()
+    with prepare(layout):
+        assert lock_held(layout.path / OWNER_LOCK)
+        with pytest.raises(StateDirInUse, match=re.escape(refused)):
+            refuse_state_dir_in_use(layout.state_dir, layout, agent_dir)
+    agent_dir.mkdir()
+    held = os.open(agent_dir / STATE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StateDirInUse, match=re.escape(refused)):
+            refuse_state_dir_in_use(layout.state_dir, layout, agent_dir)
+        assert lock_held(agent_dir / STATE_LOCK)  # probing took nothing from its holder
+    finally:
+        os.close(held)
+    assert not lock_held(agent_dir / STATE_LOCK)
+    assert not lock_held(agent_dir / "missing.lock")
+    assert os.listdir(agent_dir) == [STATE_LOCK]
 
 
 @pytest.mark.parametrize(
