@@ -62,6 +62,8 @@ OUTCOMES: Final = (
 # The proxy has no router: ``_http`` names the route it took in the scope, for the
 # latency histogram (a sandbox's port is a route of its own, never its id or path).
 ROUTE_LABEL: Final = "sandboxctl.proxy.route"
+# The proxy's own routes, on its own host name only, and the methods each answers.
+OWN_ROUTES: Final = {"/healthz": ("GET", "HEAD"), "/metrics": ("GET",)}
 ENVD_ROUTE: Final = "envd"
 GUEST_PORT_ROUTE: Final = "guest port"
 # Never relayed upstream: the control-plane key, the caller's Host, the caller's
@@ -152,18 +154,24 @@ class ProxyApp:
 
     async def _no_sandbox(self, scope: Scope, send: Send) -> None:
         """A request that names no sandbox: the proxy's own routes, ``/healthz`` and
-        ``/metrics``, or a 400. A sandbox's host never gets here: its ``/healthz`` and
-        ``/metrics`` are its guest's own."""
+        ``/metrics`` (405 for another method), or a 400. A sandbox's host never gets
+        here: its ``/healthz`` and ``/metrics`` are its guest's own."""
         path, method = scope["path"], scope["method"]
-        if path == "/healthz" and method in ("GET", "HEAD"):
-            scope[ROUTE_LABEL] = path
-            await _reply(send, 204, None)
-        elif path == "/metrics" and method == "GET":
-            scope[ROUTE_LABEL] = path
-            payload = self.metrics.render()
-            await _reply_bytes(send, 200, payload, CONTENT_TYPE)
-        else:
+        allowed = OWN_ROUTES.get(path)
+        if allowed is None:
             await self._bad_request(send, NO_SANDBOX)
+            return
+        scope[ROUTE_LABEL] = path
+        if method not in allowed:
+            self.metrics.count("bad_request")
+            message = f"{path} answers {' and '.join(allowed)} only"
+            extra = [(b"allow", ", ".join(allowed).encode())]
+            payload = json.dumps({"code": 405, "message": message}).encode()
+            await _reply_bytes(send, 405, payload, JSON, extra)
+        elif path == "/metrics":
+            await _reply_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
+        else:
+            await _reply(send, 204, None)
 
     async def _envd(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], target: Target
@@ -575,10 +583,17 @@ async def _reply(send: Send, status: int, body: dict[str, Any] | None) -> None:
     )
 
 
-async def _reply_bytes(send: Send, status: int, payload: bytes, content_type: str) -> None:
+async def _reply_bytes(
+    send: Send,
+    status: int,
+    payload: bytes,
+    content_type: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     headers = [
         (b"content-type", content_type.encode()),
         (b"content-length", str(len(payload)).encode()),
+        *(extra or ()),
     ]
     if status in (429, 502, 503, 504):
         headers.append((b"should-retry", b"false"))  # the SDK would retry 3 times otherwise

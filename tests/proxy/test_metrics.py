@@ -69,3 +69,12 @@ def test_healthz_by_sandbox_headers_is_the_guests_own(
 
     assert response.status_code == 404  # the stand-in agent's answer, not the proxy's 204
     assert standin.requests[-1] == f"GET /v1/sandboxes/{LISTED}/ports/8080/healthz"
+
+
+def test_another_method_on_the_proxys_own_routes_is_405(client: httpx.Client) -> None:
+    refused = client.post("/metrics")
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "GET"
+    assert refused.json() == {"code": 405, "message": "/metrics answers GET only"}
+    assert client.delete("/healthz").headers["allow"] == "GET, HEAD"
+    assert client.head("/healthz").status_code == 204
