@@ -57,6 +57,8 @@ def test_metrics_are_on_their_own_listener_by_route_template(
             with service_process(command, f"{e2b}/health"):
                 assert httpx.get(f"{e2b}/v2/sandboxes", headers=key).status_code == 200
                 assert httpx.get(f"{e2b}/sandboxes/{UNKNOWN}", headers=key).status_code == 404
+                fork = httpx.post(f"{e2b}/sandboxes/{UNKNOWN}/fork", headers=key, json={})
+                assert fork.status_code == 501
                 kube = f"http://127.0.0.1:{kube_port}"
                 assert httpx.get(f"{kube}/readyz").status_code == 200
 
@@ -70,6 +72,8 @@ def test_metrics_are_on_their_own_listener_by_route_template(
                 wait_until(lambda: "/readyz" in httpx.get(metrics).text, what="the last one")
                 text = httpx.get(metrics).text
                 assert httpx.get(f"http://127.0.0.1:{metrics_port}/other").status_code == 404
+                posted = httpx.post(metrics)
+                assert (posted.status_code, posted.headers["allow"]) == (405, "GET")
     finally:
         agent.stop(destroy=True)
 
@@ -78,5 +82,8 @@ def test_metrics_are_on_their_own_listener_by_route_template(
     assert counts[label.format("/v2/sandboxes", "e2b", 200)] == 1
     assert counts[label.format("/sandboxes/{sandbox_id}", "e2b", 404)] == 1
     assert counts[label.format("unmatched", "e2b", 404)] == 1  # its /metrics: no route
+    # An unserved route spells the sandbox as the served ones do: one label per path shape.
+    fork = 'method="POST",route="/sandboxes/{sandbox_id}/fork",service="e2b",status="501"'
+    assert counts[fork] == 1
     assert counts[label.format("/readyz", "apiserver", 200)] == 1
     assert UNKNOWN not in text
