@@ -4,15 +4,23 @@ listener's own app."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sandboxctl.apiserver.kube import create_kube_app
+from sandboxctl.core.freshness import FreshnessRule
+from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.serving.apps import HttpError, install_error_handlers, json_app
-from sandboxctl.serving.metrics import NAME, RequestTimes, metrics_app, timed
+from sandboxctl.serving.bounds import ReadBounds
+from sandboxctl.serving.metrics import NAME, MetricsListener, RequestTimes, metrics_app, timed
+from sandboxctl.store import SandboxStore
 from tests.apiserver.helpers import serving
 
 
@@ -106,3 +114,38 @@ def test_a_timed_app_reads_as_the_app_it_wraps(times: RequestTimes) -> None:
     assert wrapped is not app
     assert wrapped.state.marker == "mine"
     assert wrapped.routes == app.routes
+
+
+def test_the_sandbox_apis_front_is_timed_with_it(times: RequestTimes) -> None:
+    """Aggregated mode's authentication stands in front of the Sandbox API: its time,
+    and its refusals, are the request's."""
+
+    def front(app: ASGIApp) -> ASGIApp:
+        async def refusing(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["path"] == "/readyz":
+                await app(scope, receive, send)
+                return
+            await JSONResponse({"reason": "Forbidden"}, 403)(scope, receive, send)
+
+        return refusing
+
+    store = SandboxStore(MemoryInventorySource(()), FreshnessRule())
+    with serving(create_kube_app(store, None, times=times, front=front)) as base:
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        assert httpx.get(f"{base}/api").status_code == 403
+
+    label = 'method="GET",route="{}",service="apiserver",status="{}"'
+    assert _counts(times.render().decode()) == {
+        label.format("/readyz", 200): 1,
+        label.format("unmatched", 403): 1,
+    }
+
+
+def test_without_an_address_the_metrics_listener_is_nothing() -> None:
+    app = json_app("test")
+    with contextlib.ExitStack() as running:
+        listener = MetricsListener(None)
+        assert listener.bind(running) is None
+        with socket.create_server(("127.0.0.1", 0)) as sock:
+            served = listener.served([(app, sock)], None, ReadBounds())
+            assert served.sockets == [sock]
