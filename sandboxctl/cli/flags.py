@@ -81,6 +81,16 @@ SandboxdTokenFile = Annotated[
 ]
 
 
+class TableOrJson(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+TableOrJsonOutput = Annotated[
+    TableOrJson, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
+]
+
+
 class Source(enum.StrEnum):
     """Where a verb reads the fleet's inventories; each verb takes some of these."""
 

@@ -13,6 +13,8 @@ import typer
 # Defined in the light module (status parses its flags without this one's imports).
 from sandboxctl.cli.flags import Kubeconfig as Kubeconfig
 from sandboxctl.cli.flags import StaleAfter as StaleAfter
+from sandboxctl.cli.flags import TableOrJson as TableOrJson
+from sandboxctl.cli.flags import TableOrJsonOutput
 from sandboxctl.cli.flags import parse_duration_flag as parse_duration_flag
 from sandboxctl.cli.flags import parse_time_flag as parse_time_flag
 from sandboxctl.cli.logs import escape_every_record
@@ -229,14 +231,7 @@ def parse_pool_flag(text: str) -> tuple[PoolKey, int]:
 # (defaults are the guard's own; guard.settings holds them without the client's imports)
 
 
-class TableOrJson(enum.StrEnum):
-    TABLE = "table"
-    JSON = "json"
-
-
-GuardOutput = Annotated[
-    TableOrJson, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
-]
+GuardOutput = TableOrJsonOutput
 LanesOutput = GuardOutput  # the same flag on ``lanes list`` and ``lanes run``
 GuardNamespace = Annotated[
     str | None,

@@ -7,7 +7,6 @@ second), and what reads the fleet is imported only when the command runs."""
 
 from __future__ import annotations
 
-import enum
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -20,6 +19,8 @@ from sandboxctl.cli.flags import (
     Seeds,
     Source,
     StaleAfter,
+    TableOrJson,
+    TableOrJsonOutput,
     check_source_flags,
     parse_duration_flag,
 )
@@ -37,11 +38,6 @@ if TYPE_CHECKING:
 
 DEFAULT_INTERVAL = timedelta(seconds=2)
 SOURCES = (Source.STATE, Source.MESH, Source.KUBE)
-
-
-class Output(enum.StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 def status(
@@ -62,9 +58,7 @@ def status(
     token_file: SandboxdTokenFile = None,
     kubeconfig: Kubeconfig = None,
     stale_after: StaleAfter = DEFAULT_STALE_AFTER,
-    output: Annotated[
-        Output, typer.Option("--output", "-o", help="table or json.", case_sensitive=False)
-    ] = Output.TABLE,
+    output: TableOrJsonOutput = TableOrJson.TABLE,
     watch: Annotated[
         bool,
         typer.Option("--watch", "-w", help="Read and redraw every --interval until Ctrl-C."),
@@ -115,8 +109,8 @@ def _source(
 # --- drawing -----------------------------------------------------------------------------
 
 
-def _draw(status: FleetStatus, output: Output, clear: bool) -> None:
-    if output is Output.JSON:
+def _draw(status: FleetStatus, output: TableOrJson, clear: bool) -> None:
+    if output is TableOrJson.JSON:
         import json
 
         from sandboxctl.core.status import status_document
@@ -222,7 +216,9 @@ def _templates(status: FleetStatus) -> RenderableType:
 # --- --watch ---------------------------------------------------------------------------------
 
 
-def _watch(source: StatusSource, rule: FreshnessRule, output: Output, interval: timedelta) -> None:
+def _watch(
+    source: StatusSource, rule: FreshnessRule, output: TableOrJson, interval: timedelta
+) -> None:
     """Redraw every ``interval`` until Ctrl-C or SIGTERM, which end it with exit 0 like
     any long-lived verb's asked stop. A bad setup fails the first read in one line; a
     later read that fails is drawn as that frame, and the watch goes on."""
