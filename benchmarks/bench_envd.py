@@ -44,6 +44,7 @@ import uvicorn
 from benchmarks import Row
 from benchmarks.timing import Timing
 from sandboxctl.core.errors import SandboxctlError
+from sandboxctl.lanes.processes import free_port
 
 KEY = "e2b_" + "e" * 40
 TOKEN = "bench-envd-root-token"
@@ -116,7 +117,7 @@ class _Stack:
         for name, content in (("secret", SECRET), ("token", TOKEN.encode())):
             (folder / name).write_bytes(content)
             (folder / name).chmod(0o600)
-        self.agent_address = f"127.0.0.1:{_free_port()}"
+        self.agent_address = f"127.0.0.1:{free_port()}"
         agent = AgentClient(f"http://{self.agent_address}", TOKEN)
         stack.callback(agent.close)
         command = [
@@ -304,7 +305,7 @@ def _throughput(stack: _Stack, proxy_url: str) -> Iterator[Row]:
 @contextmanager
 def _proxy_process(stack: _Stack) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``sandboxctl serve-proxy`` over the same agent, as its own process."""
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
 
     def routes() -> bool:
         return _answers(
@@ -438,15 +439,6 @@ def body_of(data: bytes) -> Iterator[bytes]:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -52,6 +52,7 @@ from sandboxctl.core.model import NodeInventory
 from sandboxctl.inventory.kube import KubeInventorySource
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects
 from sandboxctl.kube.resources import watch_lines
+from sandboxctl.lanes.processes import free_port
 from sandboxctl.publisher import Outcome, Publisher, published_object
 from sandboxctl.store import SandboxStore
 from sandboxctl_testing.kubeapi import start
@@ -373,7 +374,7 @@ def _rss_with(nodes: int) -> float:
             ]
             state.write_text(json.dumps({"resourceVersion": nodes + 2, "objects": objects}))
             del objects
-        port = _free_port()
+        port = free_port()
         double = subprocess.Popen(
             [
                 sys.executable,
@@ -397,7 +398,7 @@ def _rss_with(nodes: int) -> float:
             "current-context: d\n"
         )
         (work / "tokens").write_text("bench-token *\n")
-        listen = _free_port()
+        listen = free_port()
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -438,14 +439,6 @@ def _rss_with(nodes: int) -> float:
                 process.wait(timeout=60)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait(url: str, seconds: float) -> None:

@@ -45,12 +45,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks import Row, with_target
-from benchmarks.bench_envd import _free_port, _serving, _wait
+from benchmarks.bench_envd import _serving, _wait
 from benchmarks.timing import Timing, measure
 from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.core.model import PoolKey
 from sandboxctl.core.netpolicy import policy
 from sandboxctl.envd.host import Command, Entry
+from sandboxctl.lanes.processes import free_port
 from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent, AgentSettings
 from sandboxctl.sandboxd.api import create_app
@@ -170,7 +171,7 @@ def proxy_over(
 def _agent(stack: ExitStack, state: Path, uid_base: int, network: SandboxNetwork | None) -> Agent:
     state.mkdir(mode=0o711)
     settings = AgentSettings(
-        node="bench-net", advertise_addr=f"127.0.0.1:{_free_port()}", state_dir=state,
+        node="bench-net", advertise_addr=f"127.0.0.1:{free_port()}", state_dir=state,
         pools={}, max_sandboxes=40, uid_base=uid_base,
     )  # fmt: skip
     agent = Agent(settings, BubblewrapRuntime(), network=network)

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import Row, oldtree
-from benchmarks.bench_envd import _answers, _free_port, _rss_kb, _service, _serving, _wait
+from benchmarks.bench_envd import _answers, _rss_kb, _service, _serving, _wait
 from benchmarks.timing import Timing
+from sandboxctl.lanes.processes import free_port
 
 OLD_COMMIT = "2ef418b"
 KEY = "e2b_" + "f" * 40
@@ -119,7 +120,7 @@ class _Build:
         self.folder.mkdir(mode=0o711)
         (self.folder / "token").write_text(TOKEN)
         (self.folder / "token").chmod(0o600)
-        self.address = f"127.0.0.1:{_free_port()}"
+        self.address = f"127.0.0.1:{free_port()}"
         agent = AgentClient(f"http://{self.address}", TOKEN)
         stack.callback(agent.close)
         command = [

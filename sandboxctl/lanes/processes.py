@@ -4,6 +4,7 @@ failure quotes."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
@@ -172,9 +173,29 @@ def run(argv: list[str], stdin: str | None = None) -> str:
     return done.stdout
 
 
+LISTEN_PORTS_FROM = 10_000  # below: ports well-known services may want
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the part that binds it may still race another)."""
-    with socket.socket() as sock:
+    """A TCP port free on ``host`` now, picked at random below the kernel's range for the
+    source ports of outgoing connections: a port the kernel hands out as free (port 0)
+    lies in that range, where any connection of any process may take it before the part
+    told to listen on it binds it. Another picker may still race it, rarely."""
+    try:
+        ephemeral_from = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_from = 32_768
+    if ephemeral_from - LISTEN_PORTS_FROM >= 1000:
+        for _ in range(100):
+            port = random.randrange(LISTEN_PORTS_FROM, ephemeral_from)
+            with socket.socket() as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as sock:  # no room below the range: the kernel's pick
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        picked: int = sock.getsockname()[1]
+        return picked

@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import IO
 import httpx
 import uvicorn
 
+from sandboxctl.lanes.processes import free_port
 from sandboxctl.lifecycle import Background
 from sandboxctl.sandboxd.agent import AdoptionReport, Agent
 from sandboxctl.sandboxd.api import create_app
@@ -39,13 +39,6 @@ def sandboxes_unavailable() -> str | None:
 # How long a `sandboxctl` service process may take to answer: on a loaded 2-core machine
 # its imports alone have taken over 20 s. A deadline, not a wait: a ready one ends it.
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_until(check, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):  # type: ignore[no-untyped-def]
