@@ -8,13 +8,16 @@ process whose apps serve no ``/metrics`` of their own serves theirs on a
 ``route`` is the route template the router matched (``/sandboxes/{sandboxID}``), never
 the path a client sent: an id in a label would make a series per sandbox. A request no
 route matched is :data:`UNMATCHED`, a method outside HTTP's own is :data:`OTHER_METHOD`,
-so what a client sends cannot add series. The time runs from the request's arrival at
+and a status outside the registered ones is :data:`OTHER_STATUS` (a guest port answers
+with whatever status its server picks), so what a client or a guest sends cannot add
+series. The time runs from the request's arrival at
 the app to the answer's last byte (a streamed answer counts whole).
 """
 
 from __future__ import annotations
 
 import contextlib
+import http
 import logging
 import socket
 import time
@@ -36,6 +39,8 @@ BUCKETS: Final = (
 )  # fmt: skip
 UNMATCHED: Final = "unmatched"
 OTHER_METHOD: Final = "other"
+OTHER_STATUS: Final = "other"
+STATUSES: Final = frozenset(int(status) for status in http.HTTPStatus)
 NO_ANSWER: Final = "none"  # the client left, or the app failed, before an answer began
 METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # What generate_latest writes for these names (the classic text format), whichever
@@ -99,6 +104,12 @@ def method_label(method: str) -> str:
     return method if method in METHODS else OTHER_METHOD
 
 
+def status_label(status: int) -> str:
+    if not status:
+        return NO_ANSWER
+    return str(status) if status in STATUSES else OTHER_STATUS
+
+
 class Timed:
     """ASGI middleware: time each HTTP request and hand it to ``observe`` with its
     route (``route_of``, read once the app has answered: the router sets it on the way
@@ -137,7 +148,7 @@ class Timed:
             self.observe(
                 self.route_of(scope),
                 method_label(scope["method"]),
-                str(status) if status else NO_ANSWER,
+                status_label(status),
                 time.perf_counter() - started,
             )
 
