@@ -4,8 +4,9 @@ A ``serve`` (template ``base``: no build, one warm sandbox) runs on free loopbac
 with a state dir and runtime root of its own. Cases:
 
 - ``status: process``: ``python -m sandboxctl status`` from start to exit, read from the
-  fleet's state dir (its four endpoints probed, and its agent, which ``endpoints.json``
-  names, read), the interpreter's start and every import included: the figure the issue sets at 300 ms.
+  fleet's state dir (its four endpoints probed, and its agent, which
+  ``endpoints.json`` names, read), the interpreter's start and every import included:
+  the figure the issue sets at 300 ms.
 - ``status -o json: process``: the same, printing the JSON document.
 - ``sandboxctl --version: process``: the floor under both, the interpreter and the CLI's
   own start with no verb's work.
