@@ -173,11 +173,42 @@ class Served:
                 *(s.serve(sockets=g) for s, (_, g) in zip(servers, self._groups, strict=True))
             )
 
+        closed = _ClosedAtTheGrace()
+        uvicorn_log = logging.getLogger("uvicorn.error")
         with contextlib.ExitStack() as stack:
             for sock in self.sockets:
                 stack.enter_context(sock)
+            uvicorn_log.addFilter(closed)
+            stack.callback(uvicorn_log.removeFilter, closed)
             with asyncio.Runner(loop_factory=self._groups[0][0].get_loop_factory()) as runner:
                 runner.run(serve_all())
+        if closed.count:
+            log.info(
+                "closed %d open request(s) at the end of the %ss shutdown grace (watches, "
+                "command streams)",
+                closed.count,
+                SHUTDOWN_GRACE_SECONDS,
+            )
+
+
+class _ClosedAtTheGrace(logging.Filter):
+    """uvicorn cancels the requests still open when its shutdown grace ends (a watch, a
+    command's output stream) and logs each as an application error with a traceback:
+    closing them is what the grace is for. Counted instead, and said once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        message = record.getMessage()
+        if isinstance(error, asyncio.CancelledError) and message.startswith(
+            "Exception in ASGI application"
+        ):
+            self.count += 1
+            return False
+        return not message.endswith("timeout graceful shutdown exceeded")  # "Cancel N ..."
 
 
 class InBackground(Background):

@@ -311,3 +311,30 @@ def test_a_stop_with_background_commands_running_is_clean(start) -> None:  # typ
     for broken in ("Traceback", "Event loop is closed", "that handles pid", "Exception ignored"):
         assert broken not in output, output
     _no_sandbox_left(fleet.uid_base)
+
+
+def test_a_stop_with_the_sdks_streams_still_open_says_so_in_one_line(start) -> None:  # type: ignore[no-untyped-def]
+    """Handles still connected (an interactive session) hold their command streams open
+    past the shutdown grace: uvicorn cancels them, which is the grace's purpose, not an
+    application error with a traceback."""
+    fleet = start()
+    env = fleet.e2b_env
+    sdk = {
+        "api_key": env["E2B_API_KEY"],
+        "api_url": env["E2B_API_URL"],
+        "sandbox_url": env["E2B_SANDBOX_URL"],
+    }
+    sandbox = create_sandbox(sdk)
+    handles = [
+        sandbox.commands.run("sleep 100", background=True),
+        sandbox.commands.run("while :; do echo hi; sleep 0.1; done", background=True),
+    ]
+    assert {h.pid for h in handles} <= {p.pid for p in sandbox.commands.list()}
+
+    assert fleet.stop() == 0, fleet.output()
+    output = fleet.output()
+    assert "stopped; sandboxes destroyed" in output
+    assert re.search(r"INFO closed \d+ open request\(s\) at the end of the", output), output
+    for broken in ("Traceback", "ERROR", "Exception in ASGI application"):
+        assert broken not in output, output
+    _no_sandbox_left(fleet.uid_base)
