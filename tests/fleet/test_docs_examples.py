@@ -4,8 +4,9 @@ A block fenced as ```` ```sh serve ```` (a script) or ```` ```console serve ````
 lines are the commands; what follows them is output, not compared: ids differ) is an
 example a user runs beside ``make serve`` from the checkout. Each runs here with bash in
 a directory laid out like a checkout (``.venv`` the one under test, ``.sandboxctl`` serve's
-state, ``kubectl`` the pinned one on PATH), against one ``serve`` with its defaults but for
-the ports: a default port an example names is replaced by the one this fleet was given.
+state, ``docs`` the repository's, ``kubectl`` the pinned one on PATH), against one
+``serve`` with its defaults but for the ports: a default port an example names is
+replaced by the one this fleet was given.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def checkout() -> Iterator[tuple[Path, Fleet]]:
     """A directory laid out like a checkout, and the default ``serve`` running in it."""
     top = Path(tempfile.mkdtemp(prefix="sandboxctl-docs-"))
     (top / ".venv").symlink_to(Path(sys.prefix))
+    (top / "docs").symlink_to(REPOSITORY / "docs")  # the examples' sample files
     fleet = start_fleet(Path(".sandboxctl"), free_ports(), UID_BASE, cwd=top)
     try:
         yield top, fleet
