@@ -37,6 +37,16 @@ class Fleet:
         text = (self.state_dir / "e2b.env").read_text()
         return dict(line.split("=", 1) for line in text.splitlines() if line)
 
+    @property
+    def sdk(self) -> dict[str, str]:
+        """The e2b SDK's connection options for this fleet (``create_sandbox(fleet.sdk)``)."""
+        env = self.e2b_env
+        return {
+            "api_key": env["E2B_API_KEY"],
+            "api_url": env["E2B_API_URL"],
+            "sandbox_url": env["E2B_SANDBOX_URL"],
+        }
+
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}"
 

@@ -262,13 +262,7 @@ def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process
     start,
 ) -> None:
     fleet = start("--keep-sandboxes")
-    env = fleet.e2b_env
-    sdk = {
-        "api_key": env["E2B_API_KEY"],
-        "api_url": env["E2B_API_URL"],
-        "sandbox_url": env["E2B_SANDBOX_URL"],
-    }
-    sandbox = create_sandbox(sdk, timeout=600)
+    sandbox = create_sandbox(fleet.sdk, timeout=600)
     handle = sandbox.commands.run("sleep 3000", background=True)
     pid = handle.pid
     handle.disconnect()
@@ -276,7 +270,7 @@ def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process
 
     again = start()  # adopts the sandbox, and destroys it on exit
     assert "adopted 2 sandboxes" in again.output()
-    adopted = Sandbox.connect(sandbox.sandbox_id, **sdk)
+    adopted = Sandbox.connect(sandbox.sandbox_id, **again.sdk)
     [listed] = [p for p in adopted.commands.list() if p.pid == pid]
     assert (listed.cmd, listed.args) == ("/bin/bash", ["-l", "-c", "sleep 3000"])
     running = adopted.commands.run(f"ps -o args= -p {pid}").stdout
@@ -290,13 +284,7 @@ def test_an_adopting_restart_lists_and_kills_the_commands_of_the_earlier_process
 
 def test_a_stop_with_background_commands_running_is_clean(start) -> None:  # type: ignore[no-untyped-def]
     fleet = start()
-    env = fleet.e2b_env
-    sdk = {
-        "api_key": env["E2B_API_KEY"],
-        "api_url": env["E2B_API_URL"],
-        "sandbox_url": env["E2B_SANDBOX_URL"],
-    }
-    sandbox = create_sandbox(sdk)
+    sandbox = create_sandbox(fleet.sdk)
     quiet = sandbox.commands.run("sleep 100", background=True)
     talking = sandbox.commands.run("while :; do echo hi; sleep 0.1; done", background=True)
     fed = sandbox.commands.run("cat", background=True, stdin=True)
@@ -318,13 +306,7 @@ def test_a_stop_with_the_sdks_streams_still_open_says_so_in_one_line(start) -> N
     past the shutdown grace: uvicorn cancels them, which is the grace's purpose, not an
     application error with a traceback."""
     fleet = start()
-    env = fleet.e2b_env
-    sdk = {
-        "api_key": env["E2B_API_KEY"],
-        "api_url": env["E2B_API_URL"],
-        "sandbox_url": env["E2B_SANDBOX_URL"],
-    }
-    sandbox = create_sandbox(sdk)
+    sandbox = create_sandbox(fleet.sdk)
     handles = [
         sandbox.commands.run("sleep 100", background=True),
         sandbox.commands.run("while :; do echo hi; sleep 0.1; done", background=True),
