@@ -167,8 +167,10 @@ def test_e2e_a_humans_removal_is_restored_within_one_tick(
         cluster.edit("w1", {"annotations": {"karpenter.sh/do-not-disrupt": None}})
         wait_until(lambda: cluster.annotation("w1") == "true", what="the annotation restored")
         # Within one tick: the edit's event runs one, which restores it; the restore's own
-        # event may run a second, which finds nothing to do. Counted in ticks, not time.
-        assert metric(url, "sandboxctl_guard_tick_seconds_count") - ticks <= 2
+        # event may run a second, and the first stamp's own event, late on a loaded
+        # machine, a third; each of those finds nothing to do (one restore: the patches
+        # below). Counted in ticks, not time: the timed tick is 300 s away.
+        assert metric(url, "sandboxctl_guard_tick_seconds_count") - ticks <= 3
         assert metric(url, "sandboxctl_guard_patches_total", {"op": "stamp"}) == 2
 
 
