@@ -3,10 +3,10 @@
 A block fenced as ```` ```sh serve ```` (a script) or ```` ```console serve ```` (its ``$ ``
 lines are the commands; what follows them is output, not compared: ids differ) is an
 example a user runs beside ``make serve`` from the checkout. Each runs here with bash in
-a directory laid out like a checkout (``.venv`` the one under test, ``.sandboxctl`` serve's
-state, ``docs`` the repository's, ``kubectl`` the pinned one on PATH), against one
-``serve`` with its defaults but for the ports: a default port an example names is
-replaced by the one this fleet was given.
+a directory laid out like a checkout (``.venv`` the one under test, ``.sandboxctl``
+serve's state, ``docs`` the repository's, ``sandboxctl`` and the pinned ``kubectl`` on
+PATH), against one ``serve`` with its defaults but for the ports: a default port an
+example names is replaced by the one this fleet was given.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def test_an_example_runs_as_written(checkout: tuple[Path, Fleet], script: str) -
         for key, value in os.environ.items()
         if not key.startswith(("E2B_", "KUBECONFIG", "PYTHON"))
     }
-    env["PATH"] = f"{TOOLS}:{env.get('PATH', '/usr/bin:/bin')}"
+    # The venv as activated (the docs' bare ``sandboxctl``) and the pinned kubectl.
+    env["PATH"] = f"{top / '.venv' / 'bin'}:{TOOLS}:{env.get('PATH', '/usr/bin:/bin')}"
     run = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", with_ports(script, fleet.ports)],
         cwd=top,
