@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: serve test check lint complexity format unit pure bench host-tools kubectl e2b-clients clean
+.PHONY: serve test check lint complexity format unit pure bench host-tools kubectl kube-tools e2b-clients clean
 
 $(INSTALLED): pyproject.toml testing/pyproject.toml constraints.txt scripts/bootstrap
 	VENV=$(VENV) scripts/bootstrap
@@ -53,6 +53,12 @@ host-tools:
 ## kubectl: the pinned kubectl the kubectl tests drive, into .tools/bin (x86_64 only)
 kubectl: host-tools
 	scripts/get-kubectl
+
+## kube-tools: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, karpenter-kwok
+## and helm, built from the Go modules pinned under tools/ into .tools/bin (only what is missing;
+## needs Go; the Go caches stay outside the checkout). Not part of `make test` yet.
+kube-tools:
+	scripts/build-kube-tools
 
 ## e2b-clients: the client matrix's JS SDK, CLI and newest Python SDK, into a cache outside
 ## the checkout (SANDBOXCTL_CLIENT_CACHE, default ~/.cache/sandboxctl/e2b-clients)
