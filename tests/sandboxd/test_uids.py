@@ -68,9 +68,14 @@ def test_two_agents_from_one_uid_base_share_no_uid_and_a_lost_database_frees_its
                 for address in addresses:
                     claim = httpx.post(f"http://{address}/v1/claim", json={"template": "base"})
                     assert claim.status_code == 200, claim.text
+                # A sandbox's passwd file is written before its processes start: wait for
+                # each uid's sandbox to run (a namespace of its own), not only for its file.
                 wait_until(
-                    lambda: len(_uids_of(first)) == len(_uids_of(second)) == 3,
-                    what="three sandboxes each",
+                    lambda: (
+                        len(_uids_of(first)) == len(_uids_of(second)) == 3
+                        and all(_namespaces_of(uid) for uid in _uids_of(first) | _uids_of(second))
+                    ),
+                    what="three running sandboxes each",
                 )
                 mine, theirs = _uids_of(first), _uids_of(second)
                 assert not mine & theirs
