@@ -41,6 +41,7 @@ from sandboxctl.clock import ManualClock
 from sandboxctl.core.freshness import FreshnessRule
 from sandboxctl.core.model import PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
+from sandboxctl.lanes.processes import free_port
 from sandboxctl.store import SandboxStore
 
 KEY = "e2b_" + "0" * 40
@@ -120,8 +121,7 @@ def real_fleet(
             state = Path(tempfile.mkdtemp(prefix=f"sandboxctl-bench-e2b-{node}-", dir="/tmp"))
             state.chmod(0o711)
             stack.callback(shutil.rmtree, state, ignore_errors=True)
-            with _bound_port() as port:
-                pass
+            port = free_port()
             settings = AgentSettings(
                 node=node,
                 advertise_addr=f"127.0.0.1:{port}",
@@ -183,15 +183,6 @@ def _sdk_create() -> Iterator[Row]:
             target="p50 <= 50 ms",
             met=p50 <= 50,
         )
-
-
-@contextmanager
-def _bound_port() -> Iterator[int]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield sock.getsockname()[1]
 
 
 @contextmanager

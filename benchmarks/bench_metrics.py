@@ -38,7 +38,6 @@ from benchmarks.bench_e2b import (
     KEY,
     TOKEN,
     UID_BASE,
-    _bound_port,
     _serving_on,
     e2b_config,
     serving,
@@ -46,6 +45,7 @@ from benchmarks.bench_e2b import (
     wait_until,
 )
 from sandboxctl.apiserver.e2b import create_e2b_app
+from sandboxctl.lanes.processes import free_port
 from sandboxctl.serving.metrics import NAME as HISTOGRAM
 from sandboxctl.serving.metrics import RequestTimes, Timed
 from sandboxctl.store import SandboxStore
@@ -111,8 +111,7 @@ def _switched_fleet() -> Iterator[tuple[SandboxStore, list[_Switch]]]:
             state = Path(tempfile.mkdtemp(prefix=f"sandboxctl-bench-{node}-", dir="/tmp"))
             state.chmod(0o711)
             stack.callback(shutil.rmtree, state, ignore_errors=True)
-            with _bound_port() as port:
-                pass
+            port = free_port()
             settings = AgentSettings(
                 node=node,
                 advertise_addr=f"127.0.0.1:{port}",
