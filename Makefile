@@ -60,6 +60,11 @@ kubectl: host-tools
 kube-tools:
 	scripts/build-kube-tools
 
+## karpenter-crds: Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass),
+## copied from the module pinned in tools/karpenter into .tools/crds/karpenter (needs Go)
+karpenter-crds:
+	scripts/karpenter-crds
+
 ## e2b-clients: the client matrix's JS SDK, CLI and newest Python SDK, into a cache outside
 ## the checkout (SANDBOXCTL_CLIENT_CACHE, default ~/.cache/sandboxctl/e2b-clients)
 e2b-clients: $(INSTALLED)

@@ -37,8 +37,12 @@ from sandboxctl.lanes.observe import samples
 from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl.lanes.workersignals import WorkerSignals
 
-#: Karpenter's NodePool and NodeClaim CRDs, cut down for the API double.
-KARPENTER_CRDS = Path(__file__).resolve().parents[2] / "manifests" / "karpenter"
+#: Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay and the kwok provider's
+#: KWOKNodeClass), copied from the pinned Go module by ``scripts/karpenter-crds``
+#: (``make karpenter-crds``); nothing upstream is committed.
+KARPENTER_CRDS = Path(__file__).resolve().parents[2] / ".tools" / "crds" / "karpenter"
+#: The kwok provider's node class: the one a NodePool's nodeClassRef may name here.
+KWOK_NODECLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
 
 NAMESPACE = "lanes-guard"
 WORKER_LABEL = ("app", "lanes-worker")
@@ -223,6 +227,10 @@ class LocalGuardKit:
     def register_karpenter(self) -> None:
         """Karpenter's CRDs, through the API (a control plane that has them keeps its own)."""
         extensions = client.ApiextensionsV1Api(self.api)
+        if not any(KARPENTER_CRDS.glob("*.yaml")):
+            raise LaneError(
+                f"Karpenter's CRDs are not in {KARPENTER_CRDS}: run `make karpenter-crds`"
+            )
         for path in sorted(KARPENTER_CRDS.glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if not isinstance(document, dict) or document.get("kind") != CRD:
@@ -239,7 +247,8 @@ class LocalGuardKit:
 
     def nodepool(self, name: str, grace: str | None) -> None:
         template: dict[str, Any] = {
-            "nodeClassRef": {"group": "lanes.sandboxctl.dev", "kind": "None", "name": "none"},
+            "nodeClassRef": KWOK_NODECLASS,
+            "requirements": [],  # Karpenter's schema requires the list, empty or not
             "expireAfter": "720h",
         }
         if grace is not None:
@@ -250,7 +259,7 @@ class LocalGuardKit:
             "metadata": {"name": name},
             "spec": {
                 "template": {"spec": template},
-                "disruption": {"consolidationPolicy": "WhenEmpty"},
+                "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "0s"},
             },
         }
         create = partial(self.custom.create_cluster_custom_object, *_NODEPOOLS, body)

@@ -19,6 +19,7 @@ from sandboxctl.guard.pods import ANNOTATION, DISRUPTED_TAINT, NODEPOOL_LABEL, P
 from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.guard.settings import GuardSettings
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, Pods
+from sandboxctl.lanes.guardkit import KWOK_NODECLASS
 from sandboxctl_testing.kubeapi.resources import ResourceType
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import Kube
@@ -120,12 +121,14 @@ class Cluster:
         policy: str = "WhenEmpty",
         budgets: list[dict[str, Any]] | None = None,
     ) -> None:
-        template: dict[str, Any] = {"nodeClassRef": {"group": "x", "kind": "X", "name": "x"}}
+        # Karpenter's schema requires a node class and the requirements list; the double does
+        # not apply the schema's defaults, so consolidateAfter is given as the server would.
+        template: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
         if grace is not None:
             template["terminationGracePeriod"] = grace
         if expire is not None:
             template["expireAfter"] = expire
-        disruption: dict[str, Any] = {"consolidationPolicy": policy}
+        disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": "0s"}
         if budgets is not None:
             disruption["budgets"] = budgets
         body = {
@@ -138,7 +141,7 @@ class Cluster:
         self, name: str, nodepool: str, *, grace: str | None, node: str = "", drifted: bool = False
     ) -> None:
         claims = self._type("karpenter.sh", "v1", "nodeclaims")
-        spec: dict[str, Any] = {"nodeClassRef": {"group": "x", "kind": "X", "name": "x"}}
+        spec: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
         if grace is not None:
             spec["terminationGracePeriod"] = grace
         meta = {"name": name, "labels": {NODEPOOL_LABEL: nodepool}}
