@@ -96,6 +96,23 @@ def without_chart_labels(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": metadata}
 
 
+def differences(built: Any, rendered: Any, path: str = "") -> list[str]:
+    """Where two objects differ, as paths with the kustomize and the chart value."""
+    if isinstance(built, dict) and isinstance(rendered, dict):
+        return [
+            line
+            for key in sorted(built.keys() | rendered.keys())
+            for line in differences(built.get(key), rendered.get(key), f"{path}.{key}")
+        ]
+    if isinstance(built, list) and isinstance(rendered, list) and len(built) == len(rendered):
+        return [
+            line
+            for index, (b, r) in enumerate(zip(built, rendered, strict=True))
+            for line in differences(b, r, f"{path}[{index}]")
+        ]
+    return [] if built == rendered else [f"{path}: kustomize {built!r}, chart {rendered!r}"]
+
+
 def with_ca(bundle: str = BASE_CA_BUNDLE) -> list[str]:
     return ["--set", f"apiService.caBundle={bundle}"]
 
@@ -193,10 +210,8 @@ def test_the_chart_renders_what_kustomize_builds(trees: tuple[str, ...], values:
     }
     assert built.keys() - rendered.keys() == ONLY_KUSTOMIZE
     assert rendered.keys() - built.keys() == ONLY_CHART
-    differing = [key for key in built.keys() & rendered.keys() if built[key] != rendered[key]]
-    assert differing == [], "\n".join(
-        f"{key}:\n  kustomize: {built[key]}\n  chart:     {rendered[key]}" for key in differing
-    )
+    drift = {key: differences(built[key], rendered[key]) for key in built.keys() & rendered.keys()}
+    assert {key: paths for key, paths in drift.items() if paths} == {}
 
 
 @NEEDS_HELM
