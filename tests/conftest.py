@@ -18,10 +18,13 @@ import pytest
 from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
+from tests.testing.realkube import _real_kube, control_plane, real_kube  # noqa: F401
 
 _uid_blocks = itertools.count()
-# Session fixtures every test uses (autouse): each xdist worker has its own.
-_EVERYWHERE = {"runtime_root", "template_store"}
+# Session fixtures each xdist worker has its own, and keeps to the session's end: those
+# every test uses (autouse), and the real control plane (tests/testing/realkube.py), which
+# any worker's Kubernetes tests share rather than wait for one worker.
+_EVERYWHERE = {"runtime_root", "template_store", "control_plane", "_real_kube"}
 TESTS = Path(__file__).parent
 
 # What a test needs beyond its own process, as the markers pyproject.toml registers: root
@@ -39,6 +42,7 @@ FOLDER_NEEDS: dict[str, frozenset[str]] = {  # the deepest folder named wins
     "fleet/kube": frozenset({"services"}),
     "kube": frozenset({"services"}),
     "testing/kubeapi": frozenset({"services"}),
+    "testing/controlplane": frozenset({"services"}),
     "relay": frozenset({"services"}),
     "manifests": frozenset({"services"}),  # kubectl against the API double
     "proxy": frozenset({"services"}),
@@ -72,6 +76,7 @@ MODULE_NEEDS: dict[str, frozenset[str]] = {
 FIXTURE_NEEDS: dict[str, frozenset[str]] = {
     "tests.conftest:uid_base": frozenset({"root"}),
     "tests.guard.conftest:kube": frozenset({"services"}),  # the API double on loopback
+    "tests.testing.realkube:control_plane": frozenset({"services"}),
     "tests.lanes.test_guard:control_plane": frozenset({"services"}),
 }
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -23,9 +24,11 @@ TAIL = 2000  # characters of a log a failure quotes
 
 
 class Process:
-    """``python -m MODULE ARGS`` (``sandboxctl`` by default), in network namespace
-    ``netns`` when given, its stdout and stderr appended to ``LOGDIR/NAME.log`` (kept
-    across restarts)."""
+    """``python -m MODULE ARGS`` (``sandboxctl`` by default), or ``PROGRAM ARGS`` when a
+    program is named, in network namespace ``netns`` when given, its stdout and stderr
+    appended to ``LOGDIR/NAME.log`` (kept across restarts). Ready once ``ready_url``
+    answers below 500, or once ``ready_check`` (for a part that wants TLS and a client
+    certificate) says so."""
 
     def __init__(
         self,
@@ -35,6 +38,8 @@ class Process:
         logdir: Path,
         netns: str | None = None,
         module: str = "sandboxctl",
+        program: Path | None = None,
+        ready_check: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
         self.args = args
@@ -42,11 +47,16 @@ class Process:
         self.log = logdir / f"{name}.log"
         self.netns = netns
         self.module = module
+        self.program = program
+        self.ready_check = ready_check or partial(answers, ready_url)
         self.popen: subprocess.Popen[bytes] | None = None
 
     @property
     def command(self) -> list[str]:
-        command = [sys.executable, "-m", self.module, *self.args]
+        if self.program is not None:
+            command = [str(self.program), *self.args]
+        else:
+            command = [sys.executable, "-m", self.module, *self.args]
         # ``ip netns exec`` execs the command: the pid we hold is the part's own.
         return ["ip", "netns", "exec", self.netns, *command] if self.netns else command
 
@@ -74,7 +84,7 @@ class Process:
             raise LaneError(f"{self.name} was never started")
         deadline = time.monotonic() + timeout
         while popen.poll() is None:
-            if answers(self.ready_url):
+            if self.ready_check():
                 return self
             if time.monotonic() > deadline:
                 raise LaneError(f"{self.name} did not answer within {timeout:.0f} s: {self.tail()}")

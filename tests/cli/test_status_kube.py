@@ -15,7 +15,8 @@ from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 from sandboxctl.publisher import published_object
 from sandboxctl_testing.kubeapi import start
 from tests.cli.conftest import Run
-from tests.testing.kubeapi.double import Kube, kube, write_kubeconfig  # noqa: F401
+from tests.testing.kubeapi.double import Kube, write_kubeconfig
+from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
 
 pytestmark = pytest.mark.services
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")

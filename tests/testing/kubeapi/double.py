@@ -69,6 +69,7 @@ def api_for(url: str, token: str | None = None) -> client.ApiClient:
 class Kube:
     """One running double: its URL, store (for the hooks), a client and a kubeconfig."""
 
+    backend = "double"
     running: Running
     kubeconfig: Path
     api: client.ApiClient
@@ -83,7 +84,8 @@ class Kube:
 
 
 @pytest.fixture
-def kube(tmp_path: Path) -> Iterator[Kube]:
+def double_kube(tmp_path: Path) -> Iterator[Kube]:
+    """The double, for the tests a real control plane cannot serve (each says why)."""
     running = start(0, crds=[CRDS], bookmark_seconds=0.2)
     api = api_for(running.url)
     try:

@@ -1,0 +1,158 @@
+"""The real control plane for tests: one per test process (each xdist worker starts its
+own when its first test asks), shared by the tests that can share one, and put back as it
+was after each of them (``RealKube.reset``): what a test made is deleted, what the plane
+started with stays.
+
+The plane runs etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok with
+one fake node, and has the project's CRDs and Karpenter's Established. Namespaces a test
+makes stay (their deletion is the namespace controller's slow work); a test makes its
+namespaces idempotently."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client, dynamic
+
+from sandboxctl.lanes.guardkit import KARPENTER_CRDS
+from sandboxctl_testing.controlplane import ControlPlane
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "manifests" / "crds"
+PLANE_NODE = "kwok-node-0"
+# The kinds a test may make, cluster-scoped or in any namespace; reset deletes what was not
+# there when the plane started. (Events are left: they expire on their own.)
+KINDS = (
+    ("v1", "Pod"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "ServiceAccount"),
+    ("v1", "Node"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "DaemonSet"),
+    ("coordination.k8s.io/v1", "Lease"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apiregistration.k8s.io/v1", "APIService"),
+    ("sandbox.cocoonstack.io/v1beta1", "NodeInventory"),
+    ("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool"),
+    ("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate"),
+    ("karpenter.sh/v1", "NodePool"),
+    ("karpenter.sh/v1", "NodeClaim"),
+)
+# What kube-controller-manager makes in every namespace, and makes again once deleted.
+KEPT = {("v1", "ServiceAccount"): "default", ("v1", "ConfigMap"): "kube-root-ca.crt"}
+RESET_TIMEOUT = 30.0
+
+
+def _key(obj: Any) -> tuple[str, str]:
+    return (obj.metadata.namespace or "", obj.metadata.name)
+
+
+@dataclass
+class RealKube:
+    """The plane as a test sees it: the admin's URL, kubeconfig and official client."""
+
+    plane: ControlPlane
+    api: client.ApiClient
+    baseline: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+
+    backend = "real"
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.kubeconfig
+
+    def http(self) -> httpx.Client:
+        return self.plane.http()
+
+    def _resources(self) -> Iterator[tuple[tuple[str, str], Any]]:
+        dyn = dynamic.DynamicClient(self.api)
+        for kind in KINDS:
+            yield kind, dyn.resources.get(api_version=kind[0], kind=kind[1])
+
+    def record_baseline(self) -> None:
+        for kind, resource in self._resources():
+            self.baseline[kind] = {_key(o) for o in resource.get().items}
+
+    def reset(self) -> None:
+        """Delete what a test made (finalizers removed first), and wait until it is gone,
+        so that the next test meets the plane as it started."""
+        left: list[tuple[Any, str, str]] = []
+        for kind, resource in self._resources():
+            for obj in resource.get().items:
+                namespace, name = _key(obj)
+                if (namespace, name) in self.baseline[kind] or KEPT.get(kind) == name:
+                    continue
+                left.append((resource, namespace, name))
+                with contextlib.suppress(client.ApiException):
+                    if obj.metadata.finalizers:
+                        resource.patch(
+                            name=name, namespace=namespace or None,
+                            body={"metadata": {"finalizers": None}},
+                            content_type="application/merge-patch+json",
+                        )  # fmt: skip
+                    resource.delete(
+                        name=name, namespace=namespace or None, body={"gracePeriodSeconds": 0}
+                    )
+        deadline = time.monotonic() + RESET_TIMEOUT
+        for resource, namespace, name in left:
+            while True:
+                try:
+                    resource.get(name=name, namespace=namespace or None)
+                except client.ApiException as error:
+                    if error.status == 404:
+                        break
+                    raise
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{resource.kind} {namespace}/{name} outlived the reset")
+                time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(
+        tmp_path_factory.mktemp("control-plane"),
+        crds=[CRDS, KARPENTER_CRDS],
+        scheduler=True,
+        controller_manager=True,
+        kwok=True,
+    )
+    with plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def _real_kube(control_plane: ControlPlane) -> Iterator[RealKube]:
+    api = control_plane.api()
+    real = RealKube(control_plane, api)
+    real.record_baseline()
+    yield real
+    api.close()
+
+
+@pytest.fixture
+def real_kube(_real_kube: RealKube) -> Iterator[RealKube]:
+    """The shared plane, put back as it was after the test."""
+    yield _real_kube
+    _real_kube.reset()
+
+
+@pytest.fixture
+def kube(real_kube: RealKube) -> RealKube:
+    """What a Kubernetes test runs against: the real control plane."""
+    return real_kube
