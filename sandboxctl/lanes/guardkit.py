@@ -16,6 +16,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from typing import Any, Protocol, cast
 
 import httpx
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from sandboxctl.guard.adopt import Adopted, adopt
@@ -44,11 +46,18 @@ KARPENTER_CRDS = Path(__file__).resolve().parents[2] / ".tools" / "crds" / "karp
 #: The kwok provider's node class: the one a NodePool's nodeClassRef may name here.
 KWOK_NODECLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
 
+#: The NodeClaim annotation where Karpenter writes a draining node's deadline (its drain
+#: start + the NodeClaim's terminationGracePeriod).
+TERMINATION_DEADLINE = "karpenter.sh/nodeclaim-termination-timestamp"
+NODECLAIMS_API = ("karpenter.sh", "v1", "nodeclaims")
+
 NAMESPACE = "lanes-guard"
 WORKER_LABEL = ("app", "lanes-worker")
 LANE_LABEL = "lanes.sandboxctl.dev/lane"
 OWNER_LABEL = "lanes.sandboxctl.dev/guard-owner"
 UNREACHABLE_KUBELET = "lanes.sandboxctl.dev/unreachable-kubelet"  # a finalizer
+PLACEHOLDER_LABEL = "lanes.sandboxctl.dev/placeholder"  # value: the NodePool it fills
+DRIFT_ANNOTATION = "lanes.sandboxctl.dev/drift"  # in a NodePool's template: a Drift
 CRD = "CustomResourceDefinition"
 _NODEPOOLS = (NODEPOOLS.group, NODEPOOLS.version, NODEPOOLS.plural)  # the custom API's arguments
 CLI_TIMEOUT = 180.0  # a CLI run imports the Kubernetes client: slow on a loaded machine
@@ -117,10 +126,20 @@ class GuardKit(Protocol):
 
     def node(self, name: str, nodepool: str) -> None: ...
 
-    def pod(self, name: str, lane: str, node: str, *, owner: str = "", held: bool = False) -> None:
+    def pod(
+        self,
+        name: str,
+        lane: str,
+        node: str,
+        *,
+        owner: str = "",
+        held: bool = False,
+        grace: int | None = None,
+    ) -> None:
         """A worker pod of ``lane`` on ``node`` (idle), labelled ``OWNER_LABEL=owner`` when
         given; ``held``: a finalizer keeps it Terminating past its grace, as an unreachable
-        kubelet would."""
+        kubelet would; ``grace``: its terminationGracePeriodSeconds (default: the windows'
+        ``worker_grace`` when held, else 600)."""
         ...
 
     def set_busy(self, pod: str, busy: bool) -> None: ...
@@ -167,6 +186,81 @@ class GuardKit(Protocol):
     def selector(self, lane: str) -> str: ...
 
 
+@dataclass(frozen=True)
+class Deletion:
+    """A pod's deletion as the API server first recorded it."""
+
+    timestamp: str  # metadata.deletionTimestamp, RFC 3339
+    grace: int  # metadata.deletionGracePeriodSeconds
+
+
+@dataclass(frozen=True)
+class KarpenterWindows:
+    """The timing of the lanes where Karpenter's own controllers act.
+
+    ``hold``: how long a busy node must be seen kept, longer than Karpenter's disruption
+    pass (``disruption_poll``, a constant of Karpenter's disruption controller) so at least
+    one pass saw it; ``node_grace`` and ``pod_grace``: the bounded NodePool's
+    terminationGracePeriod and its busy worker's terminationGracePeriodSeconds;
+    ``idle_grace``: the guard's ``--idle-grace``; ``slack``: what the issue allows a
+    bounded hold beyond its grace; ``provision``: pending pods to initialized nodes."""
+
+    hold: float = 12.0
+    disruption_poll: float = 10.0
+    node_grace: int = 15
+    pod_grace: int = 5
+    idle_grace: float = 2.0
+    slack: float = 30.0
+    provision: float = 60.0
+    deadline_skew: float = 2.0  # seconds the pod's deletion may stray from the node's deadline
+
+
+class KarpenterKit(GuardKit, Protocol):
+    """The guard facet on a control plane where Karpenter (its kwok provider) runs: NodePools
+    it acts on, nodes it makes for pending pods, Drifts, and its NodeClaims to read."""
+
+    karpenter: KarpenterWindows
+
+    def karpenter_nodepool(
+        self, name: str, *, grace: str | None, policy: str, consolidate_after: str
+    ) -> None:
+        """A NodePool of the kwok provider's node class with a 100 % budget."""
+        ...
+
+    def place(self, nodepool: str, count: int) -> None:
+        """``count`` pending placeholder pods that each need a node of ``nodepool`` of their
+        own (required anti-affinity), so Karpenter makes ``count`` nodes."""
+        ...
+
+    def unplace(self, nodepool: str) -> None:
+        """Delete ``nodepool``'s placeholders at once."""
+        ...
+
+    def initialized_nodes(self, nodepool: str) -> list[str]:
+        """Nodes of ``nodepool``'s NodeClaims whose Initialized condition is True."""
+        ...
+
+    def nodeclaims(self, nodepool: str) -> list[dict[str, Any]]: ...
+
+    def node_taints(self, node: str) -> list[str] | None:
+        """The node's taint keys; None when it is gone."""
+        ...
+
+    def pool_nodes(self, nodepool: str) -> list[str]:
+        """The Nodes labelled ``karpenter.sh/nodepool=nodepool``."""
+        ...
+
+    def drift(self, nodepool: str, mark: str) -> None:
+        """Change ``nodepool``'s template (an annotation), which drifts its NodeClaims."""
+        ...
+
+    def watch_deletion(self, pod: str, seconds: float) -> Callable[[], Deletion | None]:
+        """Watch ``pod`` for ``seconds``; the getter gives the first deletion seen (kwok,
+        having no kubelet, deletes a deleted pod again at once with no grace, which moves
+        its deletionTimestamp to that moment: only a watch sees the first one)."""
+        ...
+
+
 class RunningGuard:
     def __init__(self, name: str, process: Process, url: str) -> None:
         self.name = name
@@ -202,6 +296,7 @@ class LocalGuardKit:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.windows = windows or GuardWindows()
+        self.karpenter = KarpenterWindows()
         self.namespace = NAMESPACE
         self.api = api_client(kubeconfig)
         self.core = client.CoreV1Api(self.api)
@@ -218,6 +313,7 @@ class LocalGuardKit:
             kit = cls(kubeconfig, Path(workdir), windows)
             try:
                 kit.register_karpenter()
+                kit.ensure_namespace()
                 yield kit
             finally:
                 kit.close()
@@ -245,6 +341,17 @@ class LocalGuardKit:
                             f"cannot register Karpenter's CRDs: {error.status} {error.reason}"
                         ) from None
 
+    def ensure_namespace(self) -> None:
+        """The kit's namespace (a real API server refuses pods in one that does not exist)."""
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        try:
+            self.core.create_namespace(cast(Any, body))
+        except ApiException as error:
+            if error.status != 409:
+                raise LaneError(
+                    f"cannot create namespace {self.namespace}: {error.reason}"
+                ) from None
+
     def nodepool(self, name: str, grace: str | None) -> None:
         template: dict[str, Any] = {
             "nodeClassRef": KWOK_NODECLASS,
@@ -271,8 +378,19 @@ class LocalGuardKit:
         )
         self._create("nodes", name, partial(self.core.create_node, body))
 
-    def pod(self, name: str, lane: str, node: str, *, owner: str = "", held: bool = False) -> None:
+    def pod(
+        self,
+        name: str,
+        lane: str,
+        node: str,
+        *,
+        owner: str = "",
+        held: bool = False,
+        grace: int | None = None,
+    ) -> None:
         labels = {WORKER_LABEL[0]: WORKER_LABEL[1], LANE_LABEL: lane}
+        if grace is None:
+            grace = self.windows.worker_grace if held else 600
         if owner:
             labels[OWNER_LABEL] = owner
         body = client.V1Pod(
@@ -281,7 +399,7 @@ class LocalGuardKit:
             ),
             spec=client.V1PodSpec(
                 node_name=node,
-                termination_grace_period_seconds=self.windows.worker_grace if held else 600,
+                termination_grace_period_seconds=grace,
                 containers=[client.V1Container(name="worker", image="lanes-worker")],
             ),
         )
@@ -325,6 +443,123 @@ class LocalGuardKit:
 
     def delete_pod(self, pod: str, grace: int) -> None:
         self.core.delete_namespaced_pod(pod, self.namespace, grace_period_seconds=grace)
+
+    # --- Karpenter ------------------------------------------------------------------------
+
+    def karpenter_nodepool(
+        self, name: str, *, grace: str | None, policy: str, consolidate_after: str
+    ) -> None:
+        template: dict[str, Any] = {
+            "nodeClassRef": KWOK_NODECLASS,
+            "requirements": [],
+            "expireAfter": "Never",
+        }
+        if grace is not None:
+            template["terminationGracePeriod"] = grace
+        body = {
+            "apiVersion": NODEPOOLS.api_version,
+            "kind": NODEPOOLS.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "template": {"metadata": {"annotations": {DRIFT_ANNOTATION: "0"}},
+                             "spec": template},
+                "disruption": {
+                    "consolidationPolicy": policy,
+                    "consolidateAfter": consolidate_after,
+                    "budgets": [{"nodes": "100%"}],
+                },
+            },
+        }  # fmt: skip
+        create = partial(self.custom.create_cluster_custom_object, *_NODEPOOLS, body)
+        self._create("nodepools", name, create)
+
+    def place(self, nodepool: str, count: int) -> None:
+        labels = {PLACEHOLDER_LABEL: nodepool}
+        apart = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": labels},
+                     "topologyKey": "kubernetes.io/hostname"}
+                ]
+            }
+        }  # fmt: skip
+        for index in range(count):
+            name = f"{nodepool}-placeholder-{index}"
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "nodeSelector": {NODEPOOL_LABEL: nodepool},
+                    "affinity": apart,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "placeholder", "image": "lanes-placeholder"}],
+                },
+            }
+            create = partial(self.core.create_namespaced_pod, self.namespace, cast(Any, body))
+            self._create("pods", name, create)
+
+    def unplace(self, nodepool: str) -> None:
+        for name in [p for p in self.made["pods"] if p.startswith(f"{nodepool}-placeholder-")]:
+            self._gone(self.core.delete_namespaced_pod, name, self.namespace,
+                       grace_period_seconds=0)  # fmt: skip
+
+    def nodeclaims(self, nodepool: str) -> list[dict[str, Any]]:
+        listed = cast(
+            dict[str, Any],
+            self.custom.list_cluster_custom_object(
+                *NODECLAIMS_API, label_selector=f"{NODEPOOL_LABEL}={nodepool}"
+            ),
+        )
+        return list(listed.get("items") or [])
+
+    def initialized_nodes(self, nodepool: str) -> list[str]:
+        return sorted(
+            claim["status"]["nodeName"]
+            for claim in self.nodeclaims(nodepool)
+            if condition(claim, "Initialized") and (claim.get("status") or {}).get("nodeName")
+        )
+
+    def node_taints(self, node: str) -> list[str] | None:
+        try:
+            found = self.core.read_node(node)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return [t.key for t in ((found.spec and found.spec.taints) or [])]
+
+    def pool_nodes(self, nodepool: str) -> list[str]:
+        listed = self.core.list_node(label_selector=f"{NODEPOOL_LABEL}={nodepool}")
+        return sorted(str(n.metadata.name) for n in listed.items if n.metadata)
+
+    def drift(self, nodepool: str, mark: str) -> None:
+        body = {"spec": {"template": {"metadata": {"annotations": {DRIFT_ANNOTATION: mark}}}}}
+        self.custom.patch_cluster_custom_object(*_NODEPOOLS, nodepool, body)
+
+    def watch_deletion(self, pod: str, seconds: float) -> Callable[[], Deletion | None]:
+        found: list[Deletion] = []
+        start = self.core.read_namespaced_pod(pod, self.namespace)
+        version = start.metadata.resource_version if start.metadata else None
+
+        def follow() -> None:
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                self.core.list_namespaced_pod, self.namespace,
+                field_selector=f"metadata.name={pod}", resource_version=version,
+                timeout_seconds=int(seconds) + 1,
+            )  # fmt: skip
+            deadline = time.monotonic() + seconds
+            for event in stream:
+                meta = event["object"].metadata
+                if meta is not None and meta.deletion_timestamp is not None:
+                    when = meta.deletion_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    found.append(Deletion(when, int(meta.deletion_grace_period_seconds or 0)))
+                    return
+                if time.monotonic() > deadline:
+                    return
+
+        threading.Thread(target=follow, name=f"watch-{pod}", daemon=True).start()
+        return lambda: found[0] if found else None
 
     # --- the workers' busy signal --------------------------------------------------------
 
@@ -384,6 +619,8 @@ class LocalGuardKit:
             partial(self._gone, self.custom.delete_cluster_custom_object, *_NODEPOOLS, pool)
             for pool in self.made["nodepools"]
         ]
+        # Karpenter's NodeClaims of those pools (it terminates their nodes, when it runs).
+        actions += [partial(self._remove_claims, pool) for pool in self.made["nodepools"]]
         actions += [self.signals.close, self.api.close]
         error = first_error(actions)
         if error is not None:
@@ -395,6 +632,17 @@ class LocalGuardKit:
         self.pods.patch(self.namespace, pod, {"metadata": {"finalizers": None}}, CALL_TIMEOUT)
         self._gone(self.core.delete_namespaced_pod, pod, self.namespace, grace_period_seconds=0)
 
+    def _remove_claims(self, nodepool: str) -> None:
+        try:
+            claims = self.nodeclaims(nodepool)
+        except ApiException as error:
+            if error.status == 404:  # no NodeClaim API: nothing of Karpenter's to remove
+                return
+            raise
+        for claim in claims:
+            name = claim["metadata"]["name"]
+            self._gone(self.custom.delete_cluster_custom_object, *NODECLAIMS_API, name)
+
     @staticmethod
     def _gone(call: Callable[..., object], *args: Any, **options: Any) -> None:
         """``call``, where a 404 (already gone) is what was wanted."""
@@ -403,6 +651,12 @@ class LocalGuardKit:
         except ApiException as error:
             if error.status != 404:
                 raise
+
+
+def condition(obj: dict[str, Any], kind: str) -> bool:
+    """Whether ``obj``'s status condition ``kind`` is True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
 def audit_document(completed: Completed) -> dict[str, Any] | None:
