@@ -530,9 +530,9 @@ def _gone_claim(kit: KarpenterKit, nodepool: str, node: str) -> bool:
 
 
 def _consolidation_bound(k: KarpenterWindows) -> float:
-    """Karpenter validates a consolidation for 15 s before acting on it, between disruption
+    """Karpenter validates a consolidation (15 s) before acting on it, between disruption
     passes: up to three passes (one to find it, one during the validation, one to act)."""
-    return 3 * k.disruption_poll + 15.0
+    return 3 * k.disruption_poll + k.consolidation_validation
 
 
 def _timestamp(text: str) -> float:
@@ -565,10 +565,10 @@ def drift_holds_busy_node(
     idle_after = time.monotonic() - started
     progress.wait_for(
         f"{busy_node}'s NodeClaim marked Drifted",
-        watch.drifted,
+        lambda: watch.drifted() or watch.touched,
         k.disruption_poll * PATIENCE,
     )
-    held = _hold(progress, watch, k.hold)
+    held = 0.0 if watch.touched else _hold(progress, watch, k.hold)
     kept = time.monotonic() - started
     claim = _claim_of(kit, DRIFT_POOL, busy_node)
     drift.node, drift.claim = busy_node, (claim or {}).get("metadata", {}).get("name", "")

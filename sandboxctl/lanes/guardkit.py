@@ -207,6 +207,7 @@ class KarpenterWindows:
 
     hold: float = 12.0
     disruption_poll: float = 10.0
+    consolidation_validation: float = 15.0  # Karpenter's wait before a consolidation acts
     node_grace: int = 15
     pod_grace: int = 5
     idle_grace: float = 2.0
