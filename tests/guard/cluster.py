@@ -121,8 +121,8 @@ class Cluster:
         policy: str = "WhenEmpty",
         budgets: list[dict[str, Any]] | None = None,
     ) -> None:
-        # Karpenter's schema requires a node class and the requirements list; the double does
-        # not apply the schema's defaults, so consolidateAfter is given as the server would.
+        # Karpenter's schema requires a node class, the requirements list, and
+        # consolidateAfter once disruption is given (its default fills only an absent one).
         template: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
         if grace is not None:
             template["terminationGracePeriod"] = grace
