@@ -1,4 +1,6 @@
-"""Fixtures for the guard's tests: the API double with Karpenter's CRDs registered, a
+"""Fixtures for the guard's tests: ``real_cluster``, the real control plane (``real_kube``)
+with the guard's helpers; and, for the tests that need what only a double can give (its
+request log, its fault injection), the API double with Karpenter's CRDs registered, a
 request log to count what the guard sends, and reconcilers on real informers."""
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ import pytest
 from sandboxctl.lanes.guardkit import KARPENTER_CRDS
 from sandboxctl_testing.kubeapi import start
 from tests.guard.cluster import Cluster
+from tests.guard.realcluster import RealCluster
 from tests.testing.kubeapi.double import CRDS, Kube, api_for, write_kubeconfig
+from tests.testing.realkube import RealKube
+
+
+@pytest.fixture
+def real_cluster(real_kube: RealKube) -> RealCluster:
+    """The guard's helpers on the shared real control plane, put back after the test."""
+    return RealCluster(real_kube)
 
 
 @pytest.fixture

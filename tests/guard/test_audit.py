@@ -1,5 +1,6 @@
 """The NodePool audit: each rule on plain objects, and the CLI's table, JSON and exit
-codes against the double (in process; test_e2e.py runs it as a process)."""
+codes against the real control plane, where Karpenter's own CRDs validate the NodePools
+and NodeClaims (in process; test_e2e.py runs it as a process)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from sandboxctl.guard.audit import (
     nodepool_spec,
 )
 from sandboxctl.guard.pods import NodeView
-from tests.guard.cluster import NS, Cluster
+from tests.guard.cluster import NS
+from tests.guard.realcluster import RealCluster
 
 
 def pool(name: str = "workers", grace: str | None = "1h", **disruption: Any) -> dict[str, Any]:
@@ -144,7 +146,9 @@ def test_an_unreadable_nodepool_is_named() -> None:
 # --- the command, in process -----------------------------------------------------------------
 
 
-def run_cli(cluster: Cluster, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+def run_cli(
+    cluster: RealCluster, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str]:
     with pytest.raises(SystemExit) as exited:
         main(["guard-workers", "audit-nodepools", f"--kubeconfig={cluster.kube.kubeconfig}",
               *args])  # fmt: skip
@@ -153,8 +157,9 @@ def run_cli(cluster: Cluster, capsys: pytest.CaptureFixture[str], *args: str) ->
 
 
 def test_the_command_reads_the_cluster_and_exits_by_verdict(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    real_cluster: RealCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cluster = real_cluster
     cluster.nodepool("workers", grace="1h", budgets=[{"nodes": "1", "reasons": ["Drifted"]}])
     cluster.node("n1", nodepool="workers")
     cluster.pod("w1", node="n1", annotations={"karpenter.sh/do-not-disrupt": "true"})
@@ -178,8 +183,9 @@ def test_the_command_reads_the_cluster_and_exits_by_verdict(
 
 
 def test_the_command_needs_workers_or_nodepools(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    real_cluster: RealCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cluster = real_cluster
     code, said = run_cli(cluster, capsys)
     assert code == 2
     assert said.startswith("sandboxctl: error: name the workers")

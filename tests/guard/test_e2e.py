@@ -25,14 +25,13 @@ from tests.guard.cluster import NS, SELECTOR
 from tests.guard.endpoints import WorkerEndpoints
 from tests.guard.realcluster import RealCluster
 from tests.sandboxd.servers import free_port, service_process, wait_until
-from tests.testing.realkube import RealKube
 
 INTERVAL = 1.0  # --interval of the guards below, in seconds
 
 
 @pytest.fixture
-def cluster(real_kube: RealKube) -> RealCluster:
-    return RealCluster(real_kube)
+def cluster(real_cluster: RealCluster) -> RealCluster:
+    return real_cluster
 
 
 @pytest.fixture
