@@ -8,7 +8,10 @@ when its connection presented a certificate signed by ``--requestheader-client-c
 ``--requestheader-allowed-names`` (any, when none are given); then the user is
 ``X-Remote-User``, the groups every ``X-Remote-Group`` and the extras the
 ``X-Remote-Extra-<key>`` headers. Anything else is 401. The headers are removed before
-the request goes further.
+the request goes further. As every Kubernetes authenticator does, a user so believed is
+in ``system:authenticated`` too: kube-apiserver's own callers (the discovery and OpenAPI
+fetches of ``system:kube-aggregator`` and ``system:aggregator``) send no group, and
+discovery is allowed to the authenticated (``system:discovery``).
 
 **Authorization (SubjectAccessReview).** Each request's attributes (verb, group, resource,
 namespace, name; or the path of a non-resource request such as discovery) are sent to
@@ -39,6 +42,9 @@ from sandboxctl.kube.errors import KubeError, call
 USER_HEADERS: Final = ("x-remote-user",)
 GROUP_HEADERS: Final = ("x-remote-group",)
 EXTRA_PREFIX: Final = "x-remote-extra-"
+AUTHENTICATED: Final = "system:authenticated"
+UNAUTHENTICATED: Final = "system:unauthenticated"
+ANONYMOUS: Final = "system:anonymous"
 CACHE_TTL: Final = timedelta(seconds=10)
 _RESOURCE_PREFIX: Final = f"/apis/{SANDBOXES.group}/{SANDBOXES.version}/"
 
@@ -180,7 +186,16 @@ class Delegated:
         scope["headers"] = kept  # nothing further down may trust them
         if not names or not names[0]:
             return None
-        return User(names[0], tuple(groups), tuple((k, tuple(v)) for k, v in sorted(extra.items())))
+        extras = tuple((k, tuple(v)) for k, v in sorted(extra.items()))
+        return User(names[0], authenticated_groups(names[0], groups), extras)
+
+
+def authenticated_groups(name: str, groups: Sequence[str]) -> tuple[str, ...]:
+    """``groups`` with ``system:authenticated`` added, as Kubernetes adds it to every
+    authenticated user but the anonymous one (and never beside either marker group)."""
+    if name == ANONYMOUS or AUTHENTICATED in groups or UNAUTHENTICATED in groups:
+        return tuple(groups)
+    return (*groups, AUTHENTICATED)
 
 
 def _common_name(certificate: dict[str, Any]) -> str:
