@@ -20,9 +20,13 @@ from tests.testing.realkube import RealKube
 
 
 @pytest.fixture
-def real_cluster(real_kube: RealKube) -> RealCluster:
+def real_cluster(real_kube: RealKube) -> Iterator[RealCluster]:
     """The guard's helpers on the shared real control plane, put back after the test."""
-    return RealCluster(real_kube)
+    made = RealCluster(real_kube)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.fixture

@@ -16,11 +16,14 @@ from typing import Any
 
 from kubernetes import client
 
+from sandboxctl.clock import Clock, ManualClock
 from sandboxctl.guard.pods import DISRUPTED_TAINT, NODEPOOL_LABEL
-from sandboxctl.kube import KubeNotFound, Pods
+from sandboxctl.guard.reconcile import Reconciler
+from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, KubeNotFound, Pods
 from sandboxctl.kube.resources import MERGE_PATCH
 from sandboxctl.lanes.guardkit import KWOK_NODECLASS, NODECLAIMS_API
-from tests.guard.cluster import NS
+from tests.guard.cluster import NS, SELECTOR, T0, StaticSource, settings
+from tests.sandboxd.servers import wait_until
 from tests.testing.realkube import RealKube
 
 TIMEOUT = 10.0
@@ -35,6 +38,8 @@ class RealCluster:
         self.custom = client.CustomObjectsApi(kube.api)
         self.pods = Pods(kube.api)
         self.without_kubelet: set[str] = set()
+        self.informers: list[Informer] = []
+        self.reconcilers: list[Reconciler] = []
         try:
             self.core.create_namespace({"metadata": {"name": NS}})
         except client.ApiException as error:
@@ -75,9 +80,10 @@ class RealCluster:
         annotations: dict[str, str] | None = None,
         grace: int | None = 600,
         finalizers: tuple[str, ...] | list[str] = (),
+        phase: str = "Running",
     ) -> dict[str, Any]:
-        """A worker pod bound to ``node``, Running before this returns (kwok runs it, or on a
-        node without a kubelet the test reports it Running)."""
+        """A worker pod bound to ``node``, in ``phase`` before this returns (kwok runs it;
+        on a node without a kubelet the test reports the phase, as a kubelet would)."""
         self._ensure_node(node)
         spec: dict[str, Any] = {"nodeName": node, "containers": [{"name": "w", "image": "w"}]}
         if grace is not None:
@@ -91,12 +97,12 @@ class RealCluster:
             meta["finalizers"] = list(finalizers)
         self.core.create_namespaced_pod(NS, {"metadata": meta, "spec": spec})
         if node in self.without_kubelet:
-            status = {"status": {"phase": "Running", "podIP": "127.0.0.1"}}
+            status = {"status": {"phase": phase, "podIP": "127.0.0.1"}}
             self.core.patch_namespaced_pod_status(name, NS, status, _content_type=MERGE_PATCH)
         deadline = time.monotonic() + RUNNING_TIMEOUT
-        while (found := self.get_pod(name)).get("status", {}).get("phase") != "Running":
+        while (found := self.get_pod(name)).get("status", {}).get("phase") != phase:
             if time.monotonic() > deadline:
-                raise AssertionError(f"pod {name} not Running within {RUNNING_TIMEOUT:.0f} s")
+                raise AssertionError(f"pod {name} not {phase} within {RUNNING_TIMEOUT:.0f} s")
             time.sleep(0.05)
         return found
 
@@ -171,5 +177,60 @@ class RealCluster:
         stand-in for the double's request log, for "sent no PATCH")."""
         return {n: self.get_pod(n)["metadata"]["resourceVersion"] for n in names}
 
+    # --- reconcilers on real informers ----------------------------------------------------
+
+    def informer(self, resource: str, selector: str = SELECTOR) -> Informer:
+        api = self.kube.api
+        if resource == "pods":
+            made = Informer(CoreObjects(api, PODS), namespace=NS, label_selector=selector,
+                            watch_seconds=30, name="test-pods")  # fmt: skip
+        else:
+            made = Informer(CoreObjects(api, NODES), watch_seconds=30, name="test-nodes")
+        made.start()
+        assert made.wait_synced(10)
+        self.informers.append(made)
+        return made
+
+    def reconciler(
+        self, source: Any = None, *, clock: Clock | None = None, nodes: bool = True,
+        calls: Any = None, **overrides: Any,
+    ) -> Reconciler:  # fmt: skip
+        guard = settings(**overrides)
+        made = Reconciler(
+            guard,
+            self.informer("pods", guard.label_selector),
+            source if source is not None else StaticSource(),
+            calls if calls is not None else Pods(self.kube.api),
+            nodes=self.informer("nodes") if nodes else None,
+            clock=clock or ManualClock(T0),
+            jitter=lambda: 0.0,
+        )
+        self.reconcilers.append(made)
+        return made
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until the pod informers hold every pod as the API server has it now. (The
+        double's informers can be compared with its store's revision, which its frequent
+        bookmarks carry; here the revision moves with every write in the cluster, kwok's
+        node heartbeats included, and bookmarks come about once a minute, so each pod's
+        resourceVersion is compared instead.)"""
+        for made in self.informers:
+            if made.name != "test-pods":
+                continue
+            listed = self.core.list_namespaced_pod(NS, label_selector=made._labels)
+            want = {p.metadata.name: p.metadata.resource_version for p in listed.items}
+
+            def caught_up(made: Informer = made, want: dict[str, str] = want) -> bool:
+                seen = {
+                    o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in made.items()
+                }
+                return seen == want
+
+            wait_until(caught_up, timeout=timeout, what=f"informer {made.name} to catch up")
+
     def close(self) -> None:
-        """Nothing: ``real_kube`` deletes what the test made."""
+        """Stop the reconcilers and informers; ``real_kube`` deletes what the test made."""
+        for made in self.reconcilers:
+            made.close()
+        for informer in self.informers:
+            informer.stop()

@@ -1,6 +1,6 @@
 """The ``guard-workers`` verbs in process: ``status`` against a running guard's HTTP,
-``clear``, ``adopt``, ``run --dry-run``'s printed patches, the metrics it serves, and
-one-line errors for bad flags."""
+``clear``, ``adopt`` (on the real control plane), ``run --dry-run``'s printed patches (on
+the double: see its test), the metrics it serves, and one-line errors for bad flags."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sandboxctl.guard.metrics import GuardMetrics
 from sandboxctl.guard.serve import GuardHttp
 from sandboxctl.guard.service import Guard
 from tests.guard.cluster import NS, SELECTOR, Cluster, StaticSource, settings
+from tests.guard.realcluster import RealCluster
 from tests.sandboxd.servers import wait_until
 
 
@@ -30,7 +31,8 @@ def sandboxctl(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
 
 
 @pytest.fixture
-def running(cluster: Cluster) -> Iterator[tuple[Guard, str]]:
+def running(real_cluster: RealCluster) -> Iterator[tuple[Guard, str]]:
+    cluster = real_cluster
     cluster.nodepool("workers")
     cluster.node("node-a")
     cluster.pod("busy")
@@ -103,8 +105,9 @@ def test_status_of_a_guard_that_does_not_answer_is_one_line(
 
 
 def test_clear_removes_every_annotation_the_guard_manages(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    real_cluster: RealCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cluster = real_cluster
     cluster.pod("a", annotations={"karpenter.sh/do-not-disrupt": "true"})
     cluster.pod("pinned", annotations={"karpenter.sh/do-not-disrupt": "true"},
                 labels={"sandbox.cocoonstack.io/guard": "pin"})  # fmt: skip
@@ -131,8 +134,9 @@ def test_clear_removes_every_annotation_the_guard_manages(
 
 
 def test_adopt_relabels_conditionally_and_refuses_terminating_pods(
-    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+    real_cluster: RealCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cluster = real_cluster
     cluster.pod("w1", labels={"owner": "g1"})
     cluster.pod("w2", labels={"owner": "g1"}, finalizers=["test/hold"])
     cluster.pod("w3", labels={"owner": "g9"})
@@ -152,6 +156,9 @@ def test_adopt_relabels_conditionally_and_refuses_terminating_pods(
 
 
 def test_dry_run_prints_each_patch_once_and_sends_none(cluster: Cluster) -> None:
+    """On the double: "sends none" is read from its request log, which holds every request
+    the reconciler made and nothing else; a real kube-apiserver keeps no such log (its
+    audit log would also hold the informers', kwok's and the controllers' requests)."""
     cluster.pod("busy")
     cluster.pod("idle", annotations={"karpenter.sh/do-not-disrupt": "true"})
     source = StaticSource()

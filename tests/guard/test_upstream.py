@@ -1,5 +1,6 @@
 """The tests of the upstream fix for Terminating workers, ported one for one to the
-guard on the API double, plus what that fix left untested.
+guard on the real control plane (two stay on the API double, each saying why), plus what
+that fix left untested.
 
 The PR's RBAC test (``TestControlPlaneRBACIncludesWorkerPodPatch``) is in
 test_manifests.py; its e2e harness check is in test_e2e.py."""
@@ -20,9 +21,13 @@ from sandboxctl.guard.pods import ANNOTATION, born_guarded, pod_view
 from sandboxctl.guard.reconcile import NotSynced
 from sandboxctl.kube import Pods
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance
+from tests.guard.realcluster import RealCluster
 
 
 def test_reconcile_sets_and_clears(cluster: Cluster) -> None:
+    """On the double: it counts the PATCHes the reconciler sent and reads their content
+    type from the double's request log; kube-apiserver keeps no log of one client's
+    requests (its audit log holds every component's)."""
     cluster.pod("busy-unannotated")
     cluster.pod("idle-annotated", annotations={ANNOTATION: "true"})
     source = StaticSource()
@@ -40,7 +45,8 @@ def test_reconcile_sets_and_clears(cluster: Cluster) -> None:
     assert len(cluster.patches()) == 2  # the cache shows both: nothing more to send
 
 
-def test_reconcile_clears_stale_annotation_after_failover(cluster: Cluster) -> None:
+def test_reconcile_clears_stale_annotation_after_failover(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     # An earlier owner stamped the pod and died; its sessions died with it. A new
     # instance that never stamped anything compares desired (idle: absent) with observed.
     cluster.pod("adopted", annotations={ANNOTATION: "true"})
@@ -50,18 +56,23 @@ def test_reconcile_clears_stale_annotation_after_failover(cluster: Cluster) -> N
     assert reconciler.metrics.orphans_cleared._value.get() == 1
 
 
-def test_reconcile_skips_exiting_worker(cluster: Cluster) -> None:
-    # The worker is gone (its pod Failed or Succeeded): busy or not, nothing is sent.
-    cluster.pod("failed", phase="Failed")
-    cluster.pod("succeeded", phase="Succeeded")
+def test_reconcile_skips_exiting_worker(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
+    # The worker is gone (its pod Failed or Succeeded): busy or not, nothing is sent. (A
+    # node with no kubelet: the test reports the phases, kwok would run the pods.)
+    cluster.node("node-gone", kubelet=False)
+    cluster.pod("failed", node="node-gone", phase="Failed")
+    cluster.pod("succeeded", node="node-gone", phase="Succeeded")
     source = StaticSource()
     source.busy.update(failed=Busy.BUSY, succeeded=Busy.BUSY)
+    before = cluster.versions("failed", "succeeded")
     reconciler = cluster.reconciler(source)
     reconciler.tick()
-    assert cluster.patches() == []
+    assert cluster.versions("failed", "succeeded") == before  # nothing written
 
 
-def test_worker_pod_terminating(cluster: Cluster) -> None:
+def test_worker_pod_terminating(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     cluster.pod("draining", finalizers=["test/hold"])
     cluster.pod("live")
     cluster.delete_pod("draining", grace=600)
@@ -73,7 +84,8 @@ def test_worker_pod_terminating(cluster: Cluster) -> None:
     assert reconciler.is_terminating(NS, "") is False
 
 
-def test_relabel_adopted_pod_to_this_owner(cluster: Cluster) -> None:
+def test_relabel_adopted_pod_to_this_owner(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     cluster.pod("w9", labels={"guard-owner": "old-guard", "worker-id": "9"})
     outcome = adopt(Pods(cluster.kube.api), NS, "w9", "guard-owner", "test-guard")
     assert isinstance(outcome, Adopted)
@@ -82,10 +94,11 @@ def test_relabel_adopted_pod_to_this_owner(cluster: Cluster) -> None:
     assert labels == {"app": "worker", "guard-owner": "test-guard", "worker-id": "9"}
 
 
-def test_reconcile_no_data_race(cluster: Cluster) -> None:
+def test_reconcile_no_data_race(real_cluster: RealCluster) -> None:
     """16 workers, 16 threads each flipping its worker's sessions 2000 times under the
     source's lock, while the reconciler ticks and the Terminating check loops. No call to
     the API runs under the source's lock; every annotation ends where the counts say."""
+    cluster = real_cluster
     names = [f"w{i:02d}" for i in range(16)]
     for name in names:
         cluster.pod(name)
@@ -146,7 +159,8 @@ def test_reconcile_no_data_race(cluster: Cluster) -> None:
     assert [cluster.annotation(name) for name in names] == [None] * 16
 
 
-def test_spawned_worker_pod_is_born_annotated_with_a_600s_grace(cluster: Cluster) -> None:
+def test_spawned_worker_pod_is_born_annotated_with_a_600s_grace(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     manifest = born_guarded({"metadata": {"name": "spawned"}, "spec": {"containers": []}})
     assert manifest["spec"]["terminationGracePeriodSeconds"] == 600
     cluster.pod("spawned", annotations=manifest["metadata"]["annotations"],
@@ -169,7 +183,8 @@ def test_spawned_worker_pod_is_born_annotated_with_a_600s_grace(cluster: Cluster
 # --- what the PR left untested ---------------------------------------------------------------
 
 
-def test_adoption_refuses_a_terminating_pod(cluster: Cluster) -> None:
+def test_adoption_refuses_a_terminating_pod(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     cluster.pod("leaving", labels={"guard-owner": "old"}, finalizers=["test/hold"])
     cluster.delete_pod("leaving", grace=600)
     outcome = adopt(Pods(cluster.kube.api), NS, "leaving", "guard-owner", "new")
@@ -178,6 +193,8 @@ def test_adoption_refuses_a_terminating_pod(cluster: Cluster) -> None:
 
 
 def test_a_failed_relabel_changes_nothing(cluster: Cluster) -> None:
+    """On the double: a real kube-apiserver cannot be made to answer 503 to exactly the
+    next PATCH of one pod; the double's fault injection does."""
     from sandboxctl_testing.kubeapi.server import Fault
 
     cluster.pod("w1", labels={"guard-owner": "old"})
@@ -187,7 +204,8 @@ def test_a_failed_relabel_changes_nothing(cluster: Cluster) -> None:
     assert cluster.get_pod("w1")["metadata"]["labels"]["guard-owner"] == "old"
 
 
-def test_the_terminating_check_refuses_a_cold_cache(cluster: Cluster) -> None:
+def test_the_terminating_check_refuses_a_cold_cache(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     from sandboxctl.guard.reconcile import Reconciler
     from tests.guard.cluster import settings
 
