@@ -1,4 +1,6 @@
-"""Fixtures for the Kubernetes tests: the API double in this process, the CLI in-process."""
+"""Fixtures for the Kubernetes tests: the real control plane (the double for what only it
+can do), the CLI in-process."""
 
 from tests.cli.conftest import run  # noqa: F401
-from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
+from tests.testing.kubeapi.double import double_kube  # noqa: F401
+from tests.testing.realkube import kube  # noqa: F401

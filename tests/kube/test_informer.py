@@ -1,12 +1,12 @@
-"""The informer against the double: list then watch, a dropped watch, 410 then relist,
-a restart of the API server, selectors, resync, and a cache read without API calls."""
+"""The informer against the real control plane: list then watch, an ended watch (and on
+the double, a cut one), 410 after a compaction then relist, a restart of kube-apiserver,
+selectors, resync, and a cache read without API calls."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,8 +15,10 @@ from kubernetes import client
 
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import metadata_only
+from sandboxctl_testing.controlplane import ControlPlane
 from tests.sandboxd.servers import wait_until
-from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
+from tests.testing.kubeapi.double import Kube
+from tests.testing.realkube import CRDS, RealKube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 
@@ -87,43 +89,90 @@ def test_lists_then_follows_the_watch(
     assert informer.stats.lists == 1
 
 
-def test_a_dropped_watch_resumes_from_its_cursor(
-    started: tuple[Informer, Recorder, client.CustomObjectsApi], kube: Kube
-) -> None:
-    informer, recorder, objects = started
-    watches = informer.stats.watches
-    httpx.post(f"{kube.url}/_fake/drop-watches")
-    objects.create_cluster_custom_object(*NI, inventory("n3"))
-    wait_until(lambda: recorder.saw(("ADDED", "n3")), what="the event after the drop")
-    assert informer.stats.watches > watches
-    assert informer.stats.lists == 1  # no relist: the cursor was still good
+def test_an_ended_watch_resumes_from_its_cursor(kube: Kube) -> None:
+    objects = client.CustomObjectsApi(kube.api)
+    objects.create_cluster_custom_object(*NI, inventory("n1"))
+    recorder = Recorder()
+    informer = Informer(CustomObjects(kube.api, NODE_INVENTORIES), recorder, watch_seconds=1)
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        watches = informer.stats.watches
+        wait_until(lambda: informer.stats.watches > watches, what="kube-apiserver to end a watch")
+        objects.create_cluster_custom_object(*NI, inventory("n3"))
+        wait_until(lambda: recorder.saw(("ADDED", "n3")), what="the event after the end")
+        assert informer.stats.lists == 1  # no relist: the cursor was still good
+    finally:
+        informer.stop()
 
 
-def test_410_relists_and_diffs(
-    started: tuple[Informer, Recorder, client.CustomObjectsApi], kube: Kube
-) -> None:
-    informer, recorder, objects = started
-    objects.create_cluster_custom_object(*NI, inventory("n2"))
-    wait_until(lambda: recorder.saw(("ADDED", "n2")), what="n2")
-    kube.running.server.faults.clear()
-    # While the watch is gone and the log compacted, n2 is deleted and n1 changes.
-    with kube.store.lock:
-        kube.store.drop_watches()
-    kube.running.server.faults.append(
-        __import__("sandboxctl_testing.kubeapi.server", fromlist=["Fault"]).Fault(
-            "GET", "nodeinventories", 503, 2
+def test_a_watch_cut_without_a_word_resumes_from_its_cursor(double_kube: Kube) -> None:
+    """On the double: it cuts every watch's connection with no end of stream, as a load
+    balancer between a client and kube-apiserver may; kube-apiserver itself ends a watch
+    only at its timeout or at shutdown."""
+    kube = double_kube
+    objects = client.CustomObjectsApi(kube.api)
+    objects.create_cluster_custom_object(*NI, inventory("n1"))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(kube.api, NODE_INVENTORIES), recorder, watch_seconds=5,
+        backoff_initial=0.05, backoff_max=0.2,
+    )  # fmt: skip
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        watches = informer.stats.watches
+        httpx.post(f"{kube.url}/_fake/drop-watches")
+        objects.create_cluster_custom_object(*NI, inventory("n3"))
+        wait_until(lambda: recorder.saw(("ADDED", "n3")), what="the event after the drop")
+        assert informer.stats.watches > watches
+        assert informer.stats.lists == 1
+    finally:
+        informer.stop()
+
+
+@pytest.fixture(scope="module")
+def uncached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealKube]:
+    """A plane of its own whose kube-apiserver serves watches from etcd (no watch cache), so
+    that a compaction expires a watch's cursor."""
+    plane = ControlPlane(tmp_path_factory.mktemp("uncached"), crds=[CRDS], watch_cache=False)
+    with plane:
+        api = plane.api()
+        yield RealKube(plane, api)
+        api.close()
+
+
+def test_410_after_a_compaction_relists_and_diffs(uncached: RealKube) -> None:
+    plane = uncached.plane
+    objects = client.CustomObjectsApi(uncached.api)
+    for name in ("n1", "n2", "n3"):
+        objects.create_cluster_custom_object(*NI, inventory(name))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(uncached.api, NODE_INVENTORIES), recorder, watch_seconds=5,
+        backoff_initial=0.05, backoff_max=0.2,
+    )  # fmt: skip
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        # While the informer cannot watch, n2 and n3 go (written to etcd by another replica,
+        # as it were) and etcd is compacted past the informer's cursor. (Two: a compaction
+        # keeps the newest revision, and a watch whose next event is a delete whose old
+        # value is compacted gets 500 from kube-apiserver, not 410.)
+        plane.stop_apiserver()
+        wait_until(lambda: informer.stats.failures >= 1, what="the informer to see the outage")
+        for name in ("n2", "n3"):
+            assert plane.delete_from_etcd(f"/registry/{NI[0]}/{NI[2]}/{name}") == 1
+        plane.compact()
+        plane.start_apiserver()
+        wait_until(lambda: informer.stats.lists == 2, timeout=30, what="the relist after 410")
+        wait_until(
+            lambda: recorder.saw(("DELETED", "n2"), ("DELETED", "n3")), what="the relist's diff"
         )
-    )
-    objects.delete_cluster_custom_object(*NI, "n2")
-    objects.patch_cluster_custom_object(*NI, "n1", {"address": "c:3"})
-    kube.store.compact()
-    wait_until(lambda: informer.stats.lists == 2, what="the relist after 410")
-    wait_until(
-        lambda: recorder.saw(("DELETED", "n2"), ("MODIFIED", "n1")), what="the relist's diff"
-    )
-    assert informer.stats.expired == 1
-    assert informer.stats.failures >= 1  # the 503s were backed off
-    assert [i["metadata"]["name"] for i in informer.items()] == ["n1"]
+        assert informer.stats.expired == 1
+        assert [i["metadata"]["name"] for i in informer.items()] == ["n1"]
+    finally:
+        informer.stop()
 
 
 def test_keep_caches_only_what_it_returns_and_the_handler_gets_the_whole(kube: Kube) -> None:
@@ -184,32 +233,30 @@ def test_resync_redelivers_the_cache(kube: Kube) -> None:
         informer.stop()
 
 
-def test_survives_a_restart_of_the_api_server(state_dir: Path) -> None:
-    with DoubleProcess(state_dir) as double:
-        api = api_for(double.url)
-        objects = client.CustomObjectsApi(api)
-        objects.create_cluster_custom_object(*NI, inventory("n1"))
-        recorder = Recorder()
-        informer = Informer(
-            CustomObjects(api, NODE_INVENTORIES),
-            recorder,
-            watch_seconds=5,
-            backoff_initial=0.05,
-            backoff_max=0.5,
+def test_survives_a_restart_of_the_api_server(kube: RealKube) -> None:
+    plane = kube.plane
+    api = kube.api
+    objects = client.CustomObjectsApi(api)
+    objects.create_cluster_custom_object(*NI, inventory("n1"))
+    recorder = Recorder()
+    informer = Informer(
+        CustomObjects(api, NODE_INVENTORIES),
+        recorder,
+        watch_seconds=5,
+        backoff_initial=0.05,
+        backoff_max=0.5,
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(10)
+        plane.stop_apiserver()
+        wait_until(lambda: informer.stats.failures >= 1, what="the informer to notice the outage")
+        assert informer.get("n1") is not None  # reads go on from the cache
+        plane.start_apiserver()
+        objects.create_cluster_custom_object(*NI, inventory("n2"))
+        wait_until(
+            lambda: recorder.saw(("ADDED", "n2")), timeout=20, what="an event after the restart"
         )
-        informer.start()
-        try:
-            assert informer.wait_synced(10)
-            double.stop()
-            wait_until(
-                lambda: informer.stats.failures >= 1, what="the informer to notice the outage"
-            )
-            assert informer.get("n1") is not None  # reads go on from the cache
-            double.start()
-            objects.create_cluster_custom_object(*NI, inventory("n2"))
-            wait_until(
-                lambda: recorder.saw(("ADDED", "n2")), timeout=20, what="an event after the restart"
-            )
-            assert {i["metadata"]["name"] for i in informer.items()} == {"n1", "n2"}
-        finally:
-            informer.stop()
+        assert {i["metadata"]["name"] for i in informer.items()} == {"n1", "n2"}
+    finally:
+        informer.stop()

@@ -1,4 +1,4 @@
-"""Lease-based leader election against the double (compressed durations): one leader of
+"""Lease-based leader election against the real control plane (compressed durations): one leader of
 two, a handover on stop, failover when the leader dies, and a lease lost in a
 control-plane outage that stops leading without stopping the process."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -16,7 +15,8 @@ from sandboxctl.core.errors import ConfigurationError
 from sandboxctl.kube import LeaderElector
 from tests.lifecycle.managed import Managed
 from tests.sandboxd.servers import wait_until
-from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
+from tests.testing.kubeapi.double import Kube
+from tests.testing.realkube import RealKube
 
 FAST = {
     "lease_duration": timedelta(seconds=1.5),
@@ -96,24 +96,24 @@ def test_a_dead_leader_is_replaced_after_the_lease_duration(
     wait_until(lambda: b.elector.is_leader, timeout=10, what="b to take over")
 
 
-def test_an_outage_stops_leading_but_not_the_process(state_dir: Path) -> None:
-    with DoubleProcess(state_dir) as double:
-        candidate = Candidate(api_for(double.url), "solo")
-        candidate.managed.start()
-        try:
-            wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
-            double.stop()
-            wait_until(
-                lambda: candidate.log == ["started", "stopped"],
-                timeout=10,
-                what="the lease to be lost",
-            )
-            assert candidate.elector.stats.lost == 1
-            double.start()
-            wait_until(lambda: candidate.elector.is_leader, timeout=10, what="solo to lead again")
-            assert candidate.log == ["started", "stopped", "started"]
-        finally:
-            candidate.managed.stop()
+def test_an_outage_stops_leading_but_not_the_process(kube: RealKube) -> None:
+    plane = kube.plane
+    candidate = Candidate(kube.api, "solo")
+    candidate.managed.start()
+    try:
+        wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
+        plane.stop_apiserver()
+        wait_until(
+            lambda: candidate.log == ["started", "stopped"],
+            timeout=10,
+            what="the lease to be lost",
+        )
+        assert candidate.elector.stats.lost == 1
+        plane.start_apiserver()
+        wait_until(lambda: candidate.elector.is_leader, timeout=10, what="solo to lead again")
+        assert candidate.log == ["started", "stopped", "started"]
+    finally:
+        candidate.managed.stop()
 
 
 def test_durations_must_nest(kube: Kube) -> None:

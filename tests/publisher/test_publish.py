@@ -120,7 +120,10 @@ def test_a_node_name_the_agent_disowns_publishes_nothing(kube: Kube) -> None:
     assert client.CustomObjectsApi(kube.api).list_cluster_custom_object(*NI)["items"] == []
 
 
-def test_api_failures_back_off_and_recover(kube: Kube) -> None:
+def test_api_failures_back_off_and_recover(double_kube: Kube) -> None:
+    """On the double: it answers 503 to exactly the next three applies, and 422 to the
+    next five, which a real kube-apiserver does on no request."""
+    kube = double_kube
     agent, clock = StandInAgent(), ManualClock(T0)
     one = publisher(kube, agent, clock, interval=timedelta(seconds=5), backoff_initial=0.02)
     kube.running.server.faults.append(Fault("PATCH", "nodeinventories", 503, 3))

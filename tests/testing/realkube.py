@@ -27,6 +27,7 @@ from sandboxctl_testing.controlplane import ControlPlane
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "manifests" / "crds"
 PLANE_NODE = "kwok-node-0"
+SYSTEM_NAMESPACE = "sandbox-system"
 # The kinds a test may make, cluster-scoped or in any namespace; reset deletes what was not
 # there when the plane started. (Events are left: they expire on their own.)
 KINDS = (
@@ -139,6 +140,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 @pytest.fixture(scope="session")
 def _real_kube(control_plane: ControlPlane) -> Iterator[RealKube]:
     api = control_plane.api()
+    # The namespace the manifests make (manifests/base/namespace.yaml), where the API
+    # servers' Lease lives.
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": SYSTEM_NAMESPACE}})
     real = RealKube(control_plane, api)
     real.record_baseline()
     yield real
