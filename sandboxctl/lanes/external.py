@@ -46,6 +46,7 @@ class ExternalKit:
         self.kubeconfig = config.kubeconfig
         self.warm_pool = config.warm_pool
         self.template = config.template
+        self.control_plane_name = ""  # the operator's: the file does not say which
         files = config.credentials
         self._e2b_key = _secret(files.e2b_key)
         self._kube_token = _secret(files.kube_token)

@@ -44,6 +44,9 @@ class Kit(Protocol):
     kubeconfig: Path  # the control plane's
     warm_pool: str  # the SandboxWarmPool the kit runs ("namespace/name")
     template: str  # what lanes claim fresh sandboxes of, on a chosen host (the pool's)
+    # What the control plane is, for the report: "kube-apiserver v1.35.4 + etcd 3.6.5", "the
+    # Kubernetes API double (...)"; "" when the kit cannot tell.
+    control_plane_name: str
 
     # --- clients (authenticated, TLS as the kit needs) -------------------------------------
 

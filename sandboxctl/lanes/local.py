@@ -2,8 +2,13 @@
 
 Two hosts A and B are network namespaces on a bridge in the root namespace, with
 addresses of a free /28 of 203.0.113.0/24 (no default route inside them). Each runs its
-agent (``serve-sandboxd``) and its publisher (``publish``). The Kubernetes double runs as
-a process on the bridge address (so that it can be stopped: K1OUT), and two API server
+agent (``serve-sandboxd``) and its publisher (``publish``). The control plane is a real
+one (etcd and kube-apiserver, ``python -m sandboxctl_testing.controlplane``) with
+kube-apiserver on the bridge address, the project's CRDs and the RBAC of
+``manifests/base``: every part has its own service account's rights, no more. Without the
+tools ``make kube-tools`` builds, the kit says so in one line and runs the Kubernetes API
+double (``python -m sandboxctl_testing.kubeapi``) there instead. Either is a process of
+its own, so that K1OUT can stop kube-apiserver (or the double) and etcd. Two API server
 replicas (replica 0 runs the warm-pool driver and holds its Lease) and the envd proxy run
 in the root namespace. A SandboxWarmPool of 4 keeps two warm sandboxes on each host.
 Windows are scaled down (publish 3 s, stale 9 s). Packets toward B's agent are counted
@@ -24,11 +29,15 @@ import os
 import secrets
 import shutil
 import signal
+import ssl
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -37,6 +46,7 @@ from sandboxctl.agentapi import AgentClient, ClaimRequest
 from sandboxctl.apiserver.kubeconfig import write_kubeconfig
 from sandboxctl.core.names import SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from sandboxctl.lanes import hostnet, observe
+from sandboxctl.lanes.guardkit import KARPENTER_CRDS
 from sandboxctl.lanes.kit import Host, Replica
 from sandboxctl.lanes.model import LOCAL, KitDown, LaneError, Progress, Windows
 from sandboxctl.lanes.processes import Process, first_error, free_port, run, start_all, stop_all
@@ -64,14 +74,27 @@ TABLE = "lanes_count"  # not sandboxctl_*: the agent removes such tables it does
 COUNTER = "to_agent"
 REPO = Path(sandboxctl.__file__).resolve().parents[1]
 CRDS = REPO / "manifests" / "crds"  # the guard lanes register Karpenter's through the API
+BASE = REPO / "manifests" / "base"
 EXT = f"apis/{SANDBOX_WARM_POOLS.api_version}/namespaces/{NAMESPACE}"
 SENTINEL = "lanes-sentinel"  # one long-lived sandbox per host: heal's view of freshness
 SENTINEL_TTL = 3600
 HEAL_START = 60.0  # seconds for parts to answer after a (re)start
-# The control plane: the Kubernetes API double, run as a process (sandboxctl never imports
-# it); it ships apart from sandboxctl, in the repository's testing/ distribution, which
-# the [lanes] extra names.
+# The control plane: the real one or the Kubernetes API double, each run as a process
+# (sandboxctl never imports them); they ship apart from sandboxctl, in the repository's
+# testing/ distribution, which the [lanes] extra names.
+PLANE = "sandboxctl_testing.controlplane"
 DOUBLE = "sandboxctl_testing.kubeapi"
+DOUBLE_NAME = "the Kubernetes API double"
+PLANE_START = 120.0  # seconds: etcd and kube-apiserver each get 60 (a busy machine)
+PLANE_STOP = 60.0  # seconds for the plane to stop its parts (20 s each at most)
+PLANE_ACTION = 90.0  # seconds for a part of it to stop or start again
+# Each part's kubeconfig names the service account manifests/base gives it rights for.
+SERVICE_ACCOUNTS = {
+    "publisher": "sandboxctl-publisher",
+    "apiserver": "sandboxctl-apiserver",
+    "proxy": "sandboxctl-proxy",
+}
+RBAC = ("namespace.yaml", "rbac-publisher.yaml", "rbac-apiserver.yaml", "rbac-proxy.yaml")
 _built = itertools.count()
 
 
@@ -126,8 +149,12 @@ class LocalKit:
     warm_pool = f"{NAMESPACE}/{WARM_POOL}"
     template = "base"
 
-    def __init__(self, workdir: Path, uid_base: int) -> None:
+    def __init__(self, workdir: Path, uid_base: int, real: bool = True) -> None:
         self.workdir = workdir
+        self.real = real  # the real control plane; False: the Kubernetes API double
+        self.plane_dir = workdir / "controlplane"
+        self.control_plane_name = "the real control plane" if real else DOUBLE_NAME
+        self._plane_facts: dict[str, Any] = {}  # plane.json, once the real plane is up
         self.logs = workdir / "logs"
         self.logs.mkdir()
         self.uid_base = uid_base
@@ -140,7 +167,8 @@ class LocalKit:
         self.prefix = block.prefixlen
         self.gateway = addresses[0]
         self.double_port = 0  # picked once the bridge carries the gateway address
-        self.kubeconfig = workdir / "kubeconfig"
+        self.control_port = 0  # the real plane's control endpoint, on loopback
+        self.kubeconfig = self.plane_dir / "admin.kubeconfig" if real else workdir / "kubeconfig"
         self.hosts: dict[str, LocalHost] = {}
         for label, address in zip(("A", "B"), addresses[1:3], strict=True):
             self.hosts[label] = self._host(label, tag, address)
@@ -155,7 +183,7 @@ class LocalKit:
         )
         self.a: Host = self.hosts["A"].host  # stays up
         self.b: Host = self.hosts["B"].host  # the faults hit it
-        self.double: Process | None = None
+        self.plane: Process | None = None  # the real plane's process, or the double
         self.replica_parts: list[Process] = []
         self.replicas: tuple[Replica, ...] = ()
         self.proxy_part: Process | None = None
@@ -190,8 +218,14 @@ class LocalKit:
         return AgentClient(host.agent_url, self.credentials.root_token, timeout=15)
 
     def control_plane(self) -> httpx.Client:
-        """A client for the Kubernetes double itself (no credentials: it asks none)."""
-        return httpx.Client(base_url=self.double_base, timeout=10)
+        """A client for the control plane as its admin (the double asks no credentials)."""
+        if not self.real:
+            return httpx.Client(base_url=self.double_base, timeout=10)
+        context = ssl.create_default_context(cafile=self._plane_facts["ca"])
+        context.load_cert_chain(
+            self._plane_facts["admin"]["cert"], self._plane_facts["admin"]["key"]
+        )
+        return httpx.Client(base_url=self._plane_facts["url"], verify=context, timeout=10)
 
     # --- faults --------------------------------------------------------------------------
 
@@ -217,13 +251,31 @@ class LocalKit:
         local.stamping = stamp
 
     def stop_control_plane(self) -> None:
-        assert self.double is not None
-        self.double.stop()
+        """Stop kube-apiserver (etcd keeps running), or the double."""
+        if self.real:
+            self._plane_action("kube-apiserver", "stop")
+        else:
+            assert self.plane is not None
+            self.plane.stop()
 
     def start_control_plane(self) -> None:
-        assert self.double is not None
-        if not self.double.running:
-            self.double.start()
+        if self.real:
+            self._plane_action("kube-apiserver", "start")
+        else:
+            assert self.plane is not None
+            if not self.plane.running:
+                self.plane.start()
+
+    def etcd_problem(self) -> str | None:
+        return None if self.real else self._no_part("etcd")
+
+    def stop_etcd(self) -> None:
+        """Stop etcd under a running kube-apiserver (the real control plane only)."""
+        self._plane_action("etcd", "stop")
+
+    def start_etcd(self) -> None:
+        """Start etcd again; returns once kube-apiserver is ready on it."""
+        self._plane_action("etcd", "start")
 
     # --- facts ---------------------------------------------------------------------------
 
@@ -250,22 +302,43 @@ class LocalKit:
             f"publish {self.windows.publish:g} s, stale after {self.windows.stale_after:g} s"
         )
         self._network()
-        write_kubeconfig(self.kubeconfig, self.double_base)
-        self.double = self._double()
+        if self.real:
+            self.plane = self._real_plane()
+        else:
+            write_kubeconfig(self.kubeconfig, self.double_base)
+            self.plane = self._double()
         self._replicas_and_proxy()
-        # All at once: publishers and readers retry until the double answers, and the
-        # machine's cores, not the order, set the pace.
+        if self.real:
+            # Every part's kubeconfig is the plane's to write: the agents start beside it,
+            # the rest once it is up. Its name is what the report says it ran on.
+            self.plane.spawn()
+            for local in self.hosts.values():
+                local.agent.spawn()
+            self.plane.ready(PLANE_START)
+            self._plane_facts = json.loads((self.plane_dir / "plane.json").read_text())
+            self.control_plane_name = str(self._plane_facts["name"])
+            progress.note(f"control plane: {self.control_plane_name} at {self._plane_facts['url']}")
+        # All at once: publishers and readers retry until the control plane answers, and
+        # the machine's cores, not the order, set the pace.
         for part in self._parts():
-            part.spawn()
-        self.double.ready()
+            if not part.running:
+                part.spawn()
+        self.plane.ready(PLANE_START)
         self._objects()
         start_all(self._parts())
         self._sentinels()
         self.heal(progress)
 
     def heal(self, progress: Progress) -> None:
-        if self.double is not None and not self.double.running:
-            self.double.start()
+        if self.real:
+            if self.plane is None or not self.plane.running:
+                # Started again it would make new certificates and ports under every part.
+                tail = self.plane.tail() if self.plane is not None else "never started"
+                raise LaneError(f"the control plane exited: {tail}")
+            self._plane_action("etcd", "start")  # each a no-op when it is up
+            self._plane_action("kube-apiserver", "start")
+        elif self.plane is not None and not self.plane.running:
+            self.plane.start()
         for local in self.hosts.values():
             if not local.publisher.running or not local.stamping:
                 local.publisher.stop()
@@ -287,7 +360,14 @@ class LocalKit:
     def describe(self) -> str:
         lines = [
             f"local kit, state and logs in {self.workdir} (logs/ has one file per part)",
-            f"  control plane: {self.double_base} (kubeconfig {self.kubeconfig})",
+            f"  control plane: {self.control_plane_name} at {self.plane_url} (kubeconfig "
+            f"{self.kubeconfig})"
+            + (
+                f", stop or start kube-apiserver or etcd: curl -X POST {self.control_url}/"
+                "{kube-apiserver,etcd}/{stop,start}"
+                if self.real
+                else ""
+            ),
         ]
         for label, local in self.hosts.items():
             lines.append(
@@ -318,10 +398,10 @@ class LocalKit:
             if not local.agent.running and local.state_dir.exists() and self._network_up:
                 with contextlib.suppress(LaneError):
                     local.agent.start()
-        parts = [part for part in self._parts() if part is not self.double]
+        parts = [part for part in self._parts() if part is not self.plane]
         actions: list[Callable[[], None]] = [partial(stop_all, parts)]
-        if self.double is not None:  # last: the agents' and publishers' last words go to it
-            actions.append(self.double.stop)
+        if self.plane is not None:  # last: the agents' and publishers' last words go to it
+            actions.append(partial(self.plane.stop, timeout=PLANE_STOP))
         actions.append(self._kill_sandboxes)  # what an agent that never came back left
         actions.append(self._network_down)
         error = first_error(actions)
@@ -334,6 +414,35 @@ class LocalKit:
     @property
     def double_base(self) -> str:
         return f"http://{self.gateway}:{self.double_port}"
+
+    @property
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.control_port}"
+
+    @property
+    def plane_url(self) -> str:
+        return str(self._plane_facts.get("url", "")) if self.real else self.double_base
+
+    def part_kubeconfig(self, part: str) -> Path:
+        """The kubeconfig a part uses: its own service account's on the real plane."""
+        return self.plane_dir / f"account-{part}.kubeconfig" if self.real else self.kubeconfig
+
+    @staticmethod
+    def _no_part(part: str) -> str:
+        return (
+            f"the local kit runs {DOUBLE_NAME}, which has no {part}: build the real control "
+            "plane's tools with `make kube-tools` (see docs/kubernetes.md)"
+        )
+
+    def _plane_action(self, part: str, verb: str) -> None:
+        if not self.real:
+            raise LaneError(self._no_part(part))
+        try:
+            answer = httpx.post(f"{self.control_url}/{part}/{verb}", timeout=PLANE_ACTION)
+        except httpx.HTTPError as error:
+            raise LaneError(f"the control plane did not {verb} {part}: {error}") from None
+        if answer.status_code != 200:
+            raise LaneError(f"the control plane did not {verb} {part}: {answer.text.strip()}")
 
     def _local(self, host: Host) -> LocalHost:
         return self.hosts[host.label]
@@ -375,7 +484,7 @@ class LocalKit:
                 "--node", local.host.node,
                 "--sandboxd", local.host.agent_url,
                 "--sandboxd-token-file", str(self.credentials.files["root"]),
-                "--kubeconfig", str(self.kubeconfig),
+                "--kubeconfig", str(self.part_kubeconfig("publisher")),
                 "--interval", f"{self.windows.publish:g}s",
                 "--metrics-listen", metrics,
                 *([] if stamp else ["--no-stamp"]),
@@ -383,6 +492,34 @@ class LocalKit:
             f"http://{metrics}/metrics",
             self.logs,
             netns=local.netns,
+        )  # fmt: skip
+
+    def _real_plane(self) -> Process:
+        self.plane_dir.mkdir()
+        self.control_port = free_port("127.0.0.1")
+        accounts = [
+            f"--service-account={part}={LEASE_NAMESPACE}/{account}"
+            for part, account in SERVICE_ACCOUNTS.items()
+        ]
+        # Karpenter's CRDs too, once `make karpenter-crds` made them: kube-apiserver serves
+        # a CRD's objects only once it is Established, which the plane waits for and the
+        # guard lanes' own registration (for the double, which serves them at once) does not.
+        karpenter = [f"--crds={KARPENTER_CRDS}"] if any(KARPENTER_CRDS.glob("*.yaml")) else []
+        return Process(
+            "controlplane",
+            [
+                "--workdir", str(self.plane_dir),
+                "--host", self.gateway,
+                "--control", f"127.0.0.1:{self.control_port}",
+                "--crds", str(CRDS),
+                *karpenter,
+                *(f"--apply={BASE / name}" for name in RBAC),
+                "--namespace", LEASE_NAMESPACE,
+                *accounts,
+            ],
+            f"{self.control_url}/healthz",
+            self.logs,
+            module=PLANE,
         )  # fmt: skip
 
     def _double(self) -> Process:
@@ -422,7 +559,7 @@ class LocalKit:
                 [
                     "serve-apiserver",
                     "--source", "kube",
-                    "--kubeconfig", str(self.kubeconfig),
+                    "--kubeconfig", str(self.part_kubeconfig("apiserver")),
                     "--sandboxd-token-file", str(files["root"]),
                     "--kube-token-file", str(files["kube"]),
                     "--listen", f"127.0.0.1:{kube}",
@@ -448,7 +585,7 @@ class LocalKit:
             [
                 "serve-proxy",
                 "--source", "kube",
-                "--kubeconfig", str(self.kubeconfig),
+                "--kubeconfig", str(self.part_kubeconfig("proxy")),
                 "--sandboxd-token-file", str(files["root"]),
                 "--domain", DOMAIN,
                 "--e2b-envd-secret-file", str(files["envd"]),
@@ -460,7 +597,7 @@ class LocalKit:
         )  # fmt: skip
 
     def _parts(self) -> list[Process]:
-        parts = [self.double] if self.double is not None else []
+        parts = [self.plane] if self.plane is not None else []
         for local in self.hosts.values():
             parts += [local.agent, local.publisher]
         parts += self.replica_parts
@@ -563,11 +700,15 @@ def local_kit(progress: Progress, keep: bool = False) -> Iterator[LocalKit]:
     problem = unavailable()
     if problem:
         raise KitDown(f"the local kit cannot run here: {problem}")
+    missing = real_plane_missing()
+    if missing:
+        progress.note(f"running on {DOUBLE_NAME} ({DOUBLE}), not a real control plane: {missing}")
     workdir = Path(tempfile.mkdtemp(prefix="sandboxctl-lanes-", dir="/tmp"))
     workdir.chmod(0o711)  # sandbox uids traverse it to their homes
     try:
         # uids clear of the test suite's blocks (below 2.1M), so the lanes test can run beside them
-        kit = LocalKit(workdir, uid_base=3_000_000 + (os.getpid() % 1000) * 2 * UID_SPAN)
+        uid_base = 3_000_000 + (os.getpid() % 1000) * 2 * UID_SPAN
+        kit = LocalKit(workdir, uid_base, real=missing is None)
     except BaseException as error:
         shutil.rmtree(workdir, ignore_errors=True)
         if isinstance(error, LaneError):
@@ -607,10 +748,21 @@ def unavailable() -> str | None:
         return f"missing {', '.join(missing)}"
     if importlib.util.find_spec(DOUBLE.partition(".")[0]) is None:
         return (
-            "the Kubernetes API double is not installed: pip install -e ./testing from a "
-            "checkout (sandboxctl's [lanes] extra)"
+            "the control plane's runner and the Kubernetes API double are not installed: "
+            "pip install -e ./testing from a checkout (sandboxctl's [lanes] extra)"
         )
     return None
+
+
+def real_plane_missing() -> str | None:
+    """Why the real control plane cannot run here (its programs are not built: the line
+    says how to build them), or None."""
+    check = subprocess.run(
+        [sys.executable, "-m", PLANE, "--check-tools"], capture_output=True, text=True, check=False
+    )
+    if check.returncode == 0:
+        return None
+    return " ".join((check.stdout or check.stderr).split()) or f"exit {check.returncode}"
 
 
 def _interrupt(*_: object) -> None:

@@ -21,6 +21,7 @@ def result(verdict: Verdict) -> str:
 def to_json(run: Run) -> dict[str, Any]:
     return {
         "kit": run.kit,
+        "control_plane": run.control_plane,
         "windows": {"publish": run.windows.publish, "stale_after": run.windows.stale_after},
         "started": run.started.isoformat(timespec="seconds"),
         "seconds": round(run.seconds, 1),
@@ -54,8 +55,8 @@ def table(run: Run) -> str:
     failed = sum(not verdict.passed for verdict in run.verdicts)
     lines.append(
         f"{len(run.verdicts) - failed} of {len(run.verdicts)} lanes passed on the {run.kit} "
-        f"kit (publish {run.windows.publish:g} s, stale after {run.windows.stale_after:g} s) "
-        f"in {run.seconds:.1f} s"
+        f"kit{_on(run)} (publish {run.windows.publish:g} s, stale after "
+        f"{run.windows.stale_after:g} s) in {run.seconds:.1f} s"
     )
     return "\n".join(lines)
 
@@ -64,6 +65,7 @@ def markdown(run: Run) -> str:
     lines = [
         f"# Lane report: {run.kit} kit, {run.started.isoformat(timespec='seconds')}",
         "",
+        *([f"Control plane: {run.control_plane}.", ""] if run.control_plane else []),
         f"Windows: publish {run.windows.publish:g} s, stale after {run.windows.stale_after:g} s. "
         f"Wall time {run.seconds:.1f} s. "
         f"{'Every lane passed.' if run.passed else 'Some lanes FAILED.'}",
@@ -124,6 +126,10 @@ def lane_table(lanes: Sequence[Lane]) -> str:
         kits = ",".join(sorted(lane.kits))
         lines.append(f"{lane.id:<{width}}  {lane.group:<{group_width}}  {kits:<14}  {lane.proves}")
     return "\n".join(lines)
+
+
+def _on(run: Run) -> str:
+    return f" on {run.control_plane}" if run.control_plane else ""
 
 
 def _cell(text: str) -> str:

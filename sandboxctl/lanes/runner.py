@@ -18,13 +18,15 @@ Plan = Sequence[tuple[Scenario, frozenset[str]]]
 
 @dataclass
 class Run:
-    """A run's result: the kit, its windows, the verdicts, the wall time."""
+    """A run's result: the kit, its windows, the verdicts, the wall time, and what the
+    kit's control plane was (the report says what the lanes ran on)."""
 
     kit: str
     windows: Windows
     started: datetime
     verdicts: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
+    control_plane: str = ""
 
     @property
     def passed(self) -> bool:
@@ -39,6 +41,7 @@ def run_plan(
     started: datetime | None = None,
 ) -> Run:
     result = Run(kit.name, kit.windows, started or datetime.now(UTC))
+    result.control_plane = kit.control_plane_name
     began = clock()
     for index, (scenario, selected) in enumerate(plan):
         if index:

@@ -78,6 +78,7 @@ class Scripted:
 class FakeKit:
     name = LOCAL
     windows = WINDOWS
+    control_plane_name = "kube-apiserver v1.35.4 + etcd 3.6.5"
 
     def __init__(self, heal_fails: bool = False) -> None:
         self.heals = 0
@@ -182,6 +183,24 @@ def test_the_report_file_is_json_with_markdown_beside_it(tmp_path: Path) -> None
     )
     with pytest.raises(LaneError, match="name the JSON file"):
         report.write(_result(), tmp_path / "lanes.md")
+
+
+def test_the_report_names_the_control_plane_the_kit_ran_on(tmp_path: Path) -> None:
+    result = _run([(Scripted((_lane("X-01"),), [Verdict("X-01", True, "f", "b")]),
+                    frozenset({"X-01"}))], FakeKit())  # fmt: skip
+    assert result.control_plane == FakeKit.control_plane_name
+
+    written, beside = report.write(result, tmp_path / "lanes.json")
+
+    assert json.loads(written.read_text())["control_plane"] == FakeKit.control_plane_name
+    assert f"Control plane: {FakeKit.control_plane_name}." in beside.read_text()
+    assert (
+        report.table(result)
+        .splitlines()[-1]
+        .startswith(
+            f"1 of 1 lanes passed on the local kit on {FakeKit.control_plane_name} (publish 3 s"
+        )
+    )
 
 
 def test_a_detail_of_several_lines_keeps_them_under_its_lanes_heading() -> None:
