@@ -15,6 +15,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     k1b2.SCENARIO,
     k1c.SCENARIO,
     k1out.SCENARIO,
+    k1out.ETCD_SCENARIO,  # K1OUT-02, one layer down
     guard.SCENARIO,  # last: its own objects and guards, removed when it ends
 )
 

@@ -7,18 +7,24 @@ Both replicas are polled throughout (their health, their lists: every claimed sa
 so every node, listed) and the envd proxy's health; one publish interval before the end
 replica 2 (replicas[1]) gets an e2b create, judged by its HTTP status. The control plane
 is started again after. That replica 1 (replicas[0]) held the lease is read from its log
-(the lease's last word before the outage: "is the leader")."""
+(the lease's last word before the outage: "is the leader").
+
+K1OUT-02 is the same outage one layer down: etcd stops under a running kube-apiserver,
+which keeps answering (watches open, writes and reads that need etcd failing), instead
+of vanishing. It runs on a kit that can stop etcd: the local kit on the real control
+plane (the API double has no etcd)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import httpx
 
 from sandboxctl.lanes import observe
 from sandboxctl.lanes.kit import Kit, Replica
-from sandboxctl.lanes.model import Lane, Progress, Verdict, Windows
+from sandboxctl.lanes.model import LOCAL, Lane, LaneError, Progress, Verdict, Windows
 
 FRESH = 2  # per host
 WINDOWS_DOWN = 4
@@ -34,6 +40,28 @@ LANE = Lane(
     "replicas, a claim lands, and the warm-pool lease holder keeps serving",
     needs=frozenset({"stop_control_plane", "start_control_plane", "replica_log"}),
 )
+
+
+ETCD_LANE = Lane(
+    id="K1OUT-02",
+    group="K1OUT",
+    proves="with etcd down under a running kube-apiserver for four windows every node stays "
+    "listed on both replicas, a claim lands, and the warm-pool lease holder keeps serving",
+    kits=frozenset({LOCAL}),  # an external kit's file names no command for etcd: no needs
+)
+
+
+@runtime_checkable
+class StoreOutages(Protocol):
+    """A kit that can stop the control plane's store under its API server."""
+
+    def etcd_problem(self) -> str | None:
+        """Why this kit cannot stop etcd now (one line that says what to do), or None."""
+        ...
+
+    def stop_etcd(self) -> None: ...
+
+    def start_etcd(self) -> None: ...
 
 
 def outage(windows: Windows) -> float:
@@ -100,7 +128,7 @@ def _columns(observed: Observed) -> list[str]:
     return [*first.up, "proxy", *(f"{name} lists B / all" for name in first.listed)]
 
 
-def judge(observed: Observed, windows: Windows) -> Verdict:
+def judge(observed: Observed, windows: Windows, lane: Lane = LANE) -> Verdict:
     polls, holder = observed.polls, observed.lease_holder
     claimed = _claim_text(observed.claim)
     figure = (
@@ -117,7 +145,7 @@ def judge(observed: Observed, windows: Windows) -> Verdict:
     problems = [problem for check in _CHECKS if (problem := check(observed, windows)) is not None]
     detail = "; ".join(problems)
     table = timeline(observed, windows)
-    return Verdict(LANE.id, not problems, figure, bound, f"{detail}\n{table}" if detail else table)
+    return Verdict(lane.id, not problems, figure, bound, f"{detail}\n{table}" if detail else table)
 
 
 def _listed_all(observed: Observed) -> list[Poll]:
@@ -151,7 +179,7 @@ def _no_polls(observed: Observed, windows: Windows) -> str | None:
 def _outage_too_short(observed: Observed, windows: Windows) -> str | None:
     if observed.down_for >= outage(windows):
         return None
-    return f"the control plane was down only {observed.down_for:.1f} s"
+    return f"the outage lasted only {observed.down_for:.1f} s"
 
 
 def _first_unlisted(observed: Observed, windows: Windows) -> str | None:
@@ -208,12 +236,21 @@ _CHECKS: tuple[Callable[[Observed, Windows], str | None], ...] = (
 
 
 class ControlPlaneOutage(observe.MeasuredLane[Observed]):
+    """K1OUT-01: kube-apiserver (all of the control plane a reader sees) goes away."""
+
     lanes: tuple[Lane, ...] = (LANE,)
+    down = "control plane"  # what the progress says is down
 
     def judged(self, observed: Observed, kit: Kit, progress: Progress) -> Verdict:
         for line in timeline(observed, kit.windows).splitlines():
             progress.note(line)
-        return judge(observed, kit.windows)
+        return judge(observed, kit.windows, self.lanes[0])
+
+    def stop(self, kit: Kit) -> None:
+        kit.stop_control_plane()
+
+    def start(self, kit: Kit) -> None:
+        kit.start_control_plane()
 
     def measure(self, clients: observe.Clients, progress: Progress) -> Observed:
         kit = clients.kit
@@ -231,9 +268,9 @@ class ControlPlaneOutage(observe.MeasuredLane[Observed]):
             observe.wait_listed(clients, progress, "the fresh sandboxes on both hosts", names)
             before = kit.replica_log(holder)
             observed = Observed(len(names), holder.name, led=_leads(before))
-            progress.note(f"control plane down for {outage(windows):.0f} s")
+            progress.note(f"{self.down} down for {outage(windows):.0f} s")
             stopped = True
-            kit.stop_control_plane()
+            self.stop(kit)
             start = clock()
             claim_at = start + outage(windows) - windows.publish
 
@@ -260,7 +297,7 @@ class ControlPlaneOutage(observe.MeasuredLane[Observed]):
             observe.observe(progress, "the outage", clock, start + outage(windows), poll)
             observed.down_for = clock() - start
             observed.stopped_leading = STOPPED_LEADING in kit.replica_log(holder)[len(before) :]
-            kit.start_control_plane()
+            self.start(kit)
             stopped = False
             progress.wait_for(
                 "B's inventory readable again",
@@ -270,7 +307,7 @@ class ControlPlaneOutage(observe.MeasuredLane[Observed]):
             return observed
         finally:
             if stopped:
-                kit.start_control_plane()
+                self.start(kit)
             if created is not None:
                 clients.e2b(other).delete(f"/sandboxes/{created}")
             observe.release(kit, kit.a, grants[kit.a.label])
@@ -301,4 +338,31 @@ def _leads(log: str) -> bool:
     return bool(said) and LEADS in said[-1]
 
 
+class StoreOutage(ControlPlaneOutage):
+    """K1OUT-02: etcd goes away under a kube-apiserver that stays up."""
+
+    lanes: tuple[Lane, ...] = (ETCD_LANE,)
+    down = "etcd (kube-apiserver up on it)"
+
+    def run(self, kit: Kit, selected: frozenset[str], progress: Progress) -> Iterable[Verdict]:
+        # Refused before any sandbox is claimed for it.
+        problem = _store(kit).etcd_problem()
+        if problem is not None and ETCD_LANE.id in selected:
+            raise LaneError(problem)
+        return super().run(kit, selected, progress)
+
+    def stop(self, kit: Kit) -> None:
+        _store(kit).stop_etcd()
+
+    def start(self, kit: Kit) -> None:
+        _store(kit).start_etcd()
+
+
+def _store(kit: Kit) -> StoreOutages:
+    if isinstance(kit, StoreOutages):
+        return kit
+    raise LaneError(f"the {kit.name} kit cannot stop etcd")
+
+
 SCENARIO = ControlPlaneOutage()
+ETCD_SCENARIO = StoreOutage()
