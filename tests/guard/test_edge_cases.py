@@ -1,4 +1,6 @@
-"""The guard's edge cases, one named test each, on the API double."""
+"""The guard's edge cases, one named test each: on the real control plane where it can
+serve them, on the API double where a test needs its request log or its fault injection
+(each such test says why)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from sandboxctl.kube import Pods
 from sandboxctl_testing.kubeapi.server import Fault
 from tests.guard.cluster import NS, T0, Cluster, StaticSource, advance, settings
 from tests.guard.endpoints import BlackHole, WorkerEndpoints
+from tests.guard.realcluster import RealCluster
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import api_for
 
@@ -35,7 +38,7 @@ def endpoints() -> Iterator[WorkerEndpoints]:
     made.close()
 
 
-def guard_for(cluster: Cluster, source: Any, **options: Any) -> Guard:
+def guard_for(cluster: Cluster | RealCluster, source: Any, **options: Any) -> Guard:
     overrides = options.pop("settings", {})
     return Guard(
         settings(**overrides),
@@ -56,6 +59,9 @@ def fault(cluster: Cluster, method: str, path: str, status: int, count: int = 1)
 
 
 def test_edge_01_nothing_is_decided_before_the_cache_synced(cluster: Cluster) -> None:
+    """On the double: its first pod lists must fail (an injected 503) so the cache stays cold,
+    and the request log must show no PATCH; a real kube-apiserver can be made to do neither
+    on cue."""
     cluster.pod("busy")
     cluster.nodepool("workers")
     cluster.node("node-a")
@@ -81,7 +87,8 @@ def test_edge_01_nothing_is_decided_before_the_cache_synced(cluster: Cluster) ->
 # --- 2 ------------------------------------------------------------------------------------
 
 
-def test_edge_02_any_instance_clears_an_orphan_it_never_set(cluster: Cluster) -> None:
+def test_edge_02_any_instance_clears_an_orphan_it_never_set(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     cluster.pod("w1")
     first_source = StaticSource()
     first_source.busy["w1"] = Busy.BUSY
@@ -114,6 +121,8 @@ class StaleFirstRead(Pods):
 
 
 def test_edge_03_only_the_owner_writes_and_a_delayed_relabel_never_wins(cluster: Cluster) -> None:
+    """On the double: it counts the PATCHes the guard sent in the double's request log; kube-
+    apiserver keeps no log of one client's requests."""
     cluster.pod("w1", labels={"owner": "g1"}, annotations={ANNOTATION: "true"})
     stale = cluster.get_pod("w1")
     g1 = cluster.reconciler(StaticSource(), owner_label="owner", owner="g1")
@@ -136,6 +145,8 @@ def test_edge_03_only_the_owner_writes_and_a_delayed_relabel_never_wins(cluster:
 def test_edge_04_leaving_the_selector_is_not_dying(
     cluster: Cluster, endpoints: WorkerEndpoints
 ) -> None:
+    """On the double: it reads from the request log that no DELETE and no PATCH were sent;
+    kube-apiserver keeps no log of one client's requests."""
     cluster.pod("w1", labels={"owner": "g1"}, annotations={ANNOTATION: "true"})
     endpoints.probes["w1"] = {"busy": True, "queries": 1}
     verdicts: list[Any] = []
@@ -165,8 +176,9 @@ def test_edge_04_leaving_the_selector_is_not_dying(
 
 
 def test_edge_05_human_edits_and_the_override_label(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture
+    real_cluster: RealCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
+    cluster = real_cluster
     cluster.pod("busy")
     cluster.pod("idle")
     cluster.pod("pinned", labels={OVERRIDE_LABEL: "pin"})
@@ -197,6 +209,8 @@ def test_edge_05_human_edits_and_the_override_label(
 
 
 def test_edge_06_a_conflict_rereads_and_retries(cluster: Cluster) -> None:
+    """On the double: it needs a 409 on exactly the next PATCHes of one pod (injected) and
+    reads the retries from the request log; a real kube-apiserver gives neither on cue."""
     cluster.pod("w1")
     source = StaticSource()
     source.busy["w1"] = Busy.BUSY
@@ -222,6 +236,8 @@ def test_edge_06_a_conflict_rereads_and_retries(cluster: Cluster) -> None:
 
 
 def test_edge_07_an_outage_backs_off_per_pod_and_never_stacks_ticks(cluster: Cluster) -> None:
+    """On the double: it needs 503s on exactly the next PATCHes of one pod (injected) and
+    counts the PATCHes in the request log."""
     cluster.pod("w1")
     source = StaticSource()
     source.busy["w1"] = Busy.BUSY
@@ -269,6 +285,8 @@ def test_edge_07_an_outage_backs_off_per_pod_and_never_stacks_ticks(cluster: Clu
 
 
 def test_edge_08_a_lagging_informer_does_not_cause_a_patch_storm(cluster: Cluster) -> None:
+    """On the double: it counts the PATCHes sent while the informer lags in the request log,
+    with nothing else in it."""
     cluster.pod("w1")
     source = StaticSource()
     source.busy["w1"] = Busy.BUSY
@@ -290,8 +308,9 @@ def test_edge_08_a_lagging_informer_does_not_cause_a_patch_storm(cluster: Cluste
 
 
 def test_edge_09_busy_reconciles_at_once_and_acquire_stamps_before_returning(
-    cluster: Cluster,
+    real_cluster: RealCluster,
 ) -> None:
+    cluster = real_cluster
     cluster.pod("w1")
     cluster.pod("w2")
     source = CountingSource()
@@ -318,7 +337,8 @@ def test_edge_09_busy_reconciles_at_once_and_acquire_stamps_before_returning(
 # --- 10 -----------------------------------------------------------------------------------
 
 
-def test_edge_10_a_node_being_disrupted_takes_no_new_stamp(cluster: Cluster) -> None:
+def test_edge_10_a_node_being_disrupted_takes_no_new_stamp(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
     cluster.node("draining", disrupted=True)
     cluster.node("steady")
     cluster.pod("new-busy", node="draining")
@@ -349,6 +369,8 @@ def test_edge_10_a_node_being_disrupted_takes_no_new_stamp(cluster: Cluster) -> 
 def test_edge_11_terminating_pods_are_never_patched_and_the_deferral_ends(
     cluster: Cluster,
 ) -> None:
+    """On the double: it reads from the request log that a Terminating pod got no PATCH and no
+    DELETE at all."""
     cluster.pod("busy-leaving", finalizers=["test/hold"])
     cluster.pod("idle-leaving", annotations={ANNOTATION: "true"}, finalizers=["test/hold"])
     cluster.delete_pod("busy-leaving", grace=600)
@@ -373,8 +395,9 @@ def test_edge_11_terminating_pods_are_never_patched_and_the_deferral_ends(
 
 
 def test_edge_12_an_idle_terminating_worker_is_lost_at_once(
-    cluster: Cluster, endpoints: WorkerEndpoints
+    real_cluster: RealCluster, endpoints: WorkerEndpoints
 ) -> None:
+    cluster = real_cluster
     cluster.pod("idle-leaving", finalizers=["test/hold"])
     cluster.delete_pod("idle-leaving", grace=600)
     endpoints.probes["idle-leaving"] = {"busy": False}
@@ -403,6 +426,7 @@ def test_edge_12_an_idle_terminating_worker_is_lost_at_once(
 def test_edge_13_idle_grace_keeps_short_gaps_from_flapping(
     cluster: Cluster, endpoints: WorkerEndpoints
 ) -> None:
+    """On the double: it counts the PATCHes of each flap in the request log."""
     cluster.pod("w1")
     endpoints.probes["w1"] = {"busy": True, "queries": 1}
     clock = ManualClock(T0)
@@ -441,7 +465,10 @@ def test_edge_13_idle_grace_keeps_short_gaps_from_flapping(
 # --- 14 -----------------------------------------------------------------------------------
 
 
-def test_edge_14_counts_clamp_at_zero(cluster: Cluster, endpoints: WorkerEndpoints) -> None:
+def test_edge_14_counts_clamp_at_zero(
+    real_cluster: RealCluster, endpoints: WorkerEndpoints
+) -> None:
+    cluster = real_cluster
     counting = CountingSource()
     assert counting.release(f"{NS}/w1") == 0  # a release without an acquire
     assert counting.acquire(f"{NS}/w1") == 1  # not 0: the underflow did not stick
@@ -466,6 +493,8 @@ def test_edge_14_counts_clamp_at_zero(cluster: Cluster, endpoints: WorkerEndpoin
 
 
 def test_edge_15_a_pod_recreated_under_its_name_starts_clean(cluster: Cluster) -> None:
+    """On the double: it needs a 503, then a 422, on exactly the next PATCH of one pod
+    (injected), and counts PATCHes in the request log."""
     cluster.pod("w1")
     source = StaticSource()
     source.busy["w1"] = Busy.BUSY
@@ -501,6 +530,7 @@ def test_edge_15_a_pod_recreated_under_its_name_starts_clean(cluster: Cluster) -
 
 
 def test_edge_16_the_owner_label_means_only_the_owner(cluster: Cluster) -> None:
+    """On the double: it reads from the request log which instance sent which PATCH."""
     from sandboxctl.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="must not constrain the owner label"):
@@ -523,6 +553,7 @@ def test_edge_16_the_owner_label_means_only_the_owner(cluster: Cluster) -> None:
 
 
 def test_edge_17_the_audit_gates_stamping(cluster: Cluster) -> None:
+    """On the double: it reads from the request log that a refused guard sent no PATCH."""
     cluster.nodepool("workers", grace=None)
     cluster.node("node-a", nodepool="workers")
     cluster.pod("w1")
