@@ -121,8 +121,8 @@ class StaleFirstRead(Pods):
 
 
 def test_edge_03_only_the_owner_writes_and_a_delayed_relabel_never_wins(cluster: Cluster) -> None:
-    """On the double: it counts the PATCHes the guard sent in the double's request log; kube-
-    apiserver keeps no log of one client's requests."""
+    """On the double: it counts the PATCHes the guard sent in the double's request log;
+    kube-apiserver keeps no log of one client's requests."""
     cluster.pod("w1", labels={"owner": "g1"}, annotations={ANNOTATION: "true"})
     stale = cluster.get_pod("w1")
     g1 = cluster.reconciler(StaticSource(), owner_label="owner", owner="g1")
