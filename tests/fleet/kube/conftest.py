@@ -1,4 +1,5 @@
-"""The kube fleet fixture: the double, agents, publishers and servers as processes."""
+"""The kube fleet fixture: the real control plane, agents, publishers and servers as
+processes."""
 
 from tests.fleet.kube.fleet import kube_fleet  # noqa: F401
-from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
+from tests.testing.realkube import kube  # noqa: F401

@@ -1,7 +1,10 @@
-"""A fleet on Kubernetes, every part a real process on loopback: the API double (with a
-state file, so that it can be stopped and started: a control-plane outage), host agents
-(``serve-sandboxd``), one publisher per host (``publish``), API servers
-(``serve-apiserver --source kube``) and an envd proxy (``serve-proxy --source kube``).
+"""A fleet on Kubernetes, every part a real process on loopback: the real control plane
+(the shared one of tests/testing/realkube.py, whose kube-apiserver or etcd a test may
+stop and start again: a control-plane outage), host agents (``serve-sandboxd``), one
+publisher per host (``publish``), API servers (``serve-apiserver --source kube``) and an
+envd proxy (``serve-proxy --source kube``). Each part talks to kube-apiserver as its own
+service account, with only the rights ``manifests/base/rbac-*.yaml`` give it
+(tests/fleet/kube/identities.py).
 
 Windows are compressed: hosts publish every ``INTERVAL`` and readers drop a node whose
 publish trails the newest by more than ``STALE_AFTER``.
@@ -28,8 +31,10 @@ import pytest
 from sandboxctl.agentapi import AgentClient, ClaimGrant, ClaimRequest
 from sandboxctl.apiserver.e2b.models import envd_access_token
 from sandboxctl.core.ids import SandboxId
+from sandboxctl_testing.controlplane import ControlPlane
+from tests.fleet.kube.identities import Identities, grant_manifest_rights
 from tests.sandboxd.servers import free_port, sandboxes_unavailable, status_of, wait_until
-from tests.testing.kubeapi.double import DoubleProcess, write_kubeconfig
+from tests.testing.realkube import RealKube
 
 ROOT_TOKEN = "fleet-root-token"
 KUBE_TOKEN = "sandbox-api-token"
@@ -38,7 +43,7 @@ SECRET = "envd-secret-for-kube-fleet"
 DOMAIN = "sandboxes.test"
 INTERVAL = 1.0
 STALE_AFTER = 4.0
-NI = "apis/sandbox.cocoonstack.io/v1beta1/nodeinventories"
+NI = "/apis/sandbox.cocoonstack.io/v1beta1/nodeinventories"
 SANDBOXES = "apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes"
 
 
@@ -128,8 +133,8 @@ class Node:
 @dataclass
 class KubeFleet:
     workdir: Path
-    double: DoubleProcess
-    kubeconfig: Path
+    plane: ControlPlane
+    identities: Identities
     nodes: dict[str, Node] = field(default_factory=dict)
     apiservers: list[tuple[Process, str, str]] = field(default_factory=list)  # (process, kube, e2b)
     proxies: list[tuple[Process, str]] = field(default_factory=list)
@@ -199,7 +204,7 @@ class KubeFleet:
                 "--sandboxd-token-file",
                 str(self.files()["root"]),
                 "--kubeconfig",
-                str(self.kubeconfig),
+                str(self.identities.publisher),
                 "--interval",
                 f"{INTERVAL}s",
                 "--metrics-listen",
@@ -225,7 +230,7 @@ class KubeFleet:
                 "--source",
                 "kube",
                 "--kubeconfig",
-                str(self.kubeconfig),
+                str(self.identities.apiserver),
                 "--sandboxd-token-file",
                 str(files["root"]),
                 "--kube-token-file",
@@ -263,7 +268,7 @@ class KubeFleet:
                 "--source",
                 "kube",
                 "--kubeconfig",
-                str(self.kubeconfig),
+                str(self.identities.proxy),
                 "--sandboxd-token-file",
                 str(files["root"]),
                 "--domain",
@@ -301,7 +306,9 @@ class KubeFleet:
     # --- reads ----------------------------------------------------------------------------
 
     def inventory(self, name: str) -> dict[str, Any] | None:
-        answer = httpx.get(f"{self.double.url}/{NI}/{name}", timeout=5)
+        """The NodeInventory object as the admin reads it (None while there is none)."""
+        with self.plane.http() as http:
+            answer = http.get(f"{NI}/{name}")
         return answer.json() if answer.status_code == 200 else None
 
     def claim_on(self, name: str, claim_ref: str) -> ClaimGrant:
@@ -333,7 +340,10 @@ def kube_auth() -> dict[str, str]:
 
 
 @pytest.fixture
-def kube_fleet(uid_base: int) -> Iterator[KubeFleet]:
+def kube_fleet(uid_base: int, kube: RealKube) -> Iterator[KubeFleet]:
+    """A fleet on the shared control plane. Its parts stop before the plane is reset
+    (this fixture ends first), so nothing they write outlives the test; a test that
+    stopped kube-apiserver or etcd has them back before the reset reads the plane."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
@@ -341,14 +351,18 @@ def kube_fleet(uid_base: int) -> Iterator[KubeFleet]:
     workdir.chmod(0o711)
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-        double = DoubleProcess(workdir)
-        double.start()
-        stack.callback(double.close)
-        fleet = KubeFleet(
-            workdir, double, write_kubeconfig(workdir / "kubeconfig", double.url), uid_base=uid_base
-        )
+        stack.callback(_plane_back, kube.plane)
+        fleet = KubeFleet(workdir, kube.plane, grant_manifest_rights(kube.plane), uid_base=uid_base)
         stack.callback(_stop_all, fleet)
         yield fleet
+
+
+def _plane_back(plane: ControlPlane) -> None:
+    """Start etcd and kube-apiserver again if a failed test left them stopped."""
+    if not plane.etcd.running:
+        plane.start_etcd()
+    if not plane.apiserver.running:
+        plane.start_apiserver()
 
 
 def _stop_all(fleet: KubeFleet) -> None:

@@ -22,8 +22,8 @@ from tests.fleet.kube.fleet import (
 from tests.sandboxd.servers import wait_until
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
-EXT = "apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default"
-LEASE = "apis/coordination.k8s.io/v1/namespaces/sandbox-system/leases/sandboxctl-warm-pool-driver"
+EXT = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/sandbox-system/leases/sandboxctl-warm-pool-driver"
 DRIVER = (
     "--leader-election-namespace",
     "sandbox-system",
@@ -40,7 +40,8 @@ BASE = PoolKey("base")
 
 
 def create(fleet: KubeFleet, plural: str, body: dict[str, Any]) -> None:
-    answer = httpx.post(f"{fleet.double.url}/{EXT}/{plural}", json=body, timeout=5)
+    with fleet.plane.http() as http:
+        answer = http.post(f"{EXT}/{plural}", json=body)
     assert answer.status_code == 201, answer.text
 
 
@@ -69,12 +70,12 @@ def warm_pool(fleet: KubeFleet, replicas: int) -> None:
 
 
 def set_replicas(fleet: KubeFleet, replicas: int) -> None:
-    answer = httpx.patch(
-        f"{fleet.double.url}/{EXT}/sandboxwarmpools/base",
-        json={"spec": {"replicas": replicas}},
-        headers={"Content-Type": "application/merge-patch+json"},
-        timeout=5,
-    )
+    with fleet.plane.http() as http:
+        answer = http.patch(
+            f"{EXT}/sandboxwarmpools/base",
+            json={"spec": {"replicas": replicas}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
     assert answer.status_code == 200, answer.text
 
 
@@ -87,7 +88,8 @@ def targets(fleet: KubeFleet) -> dict[str, int]:
 
 
 def holder(fleet: KubeFleet) -> str:
-    answer = httpx.get(f"{fleet.double.url}/{LEASE}", timeout=5)
+    with fleet.plane.http() as http:
+        answer = http.get(LEASE)
     return (
         str(answer.json()["spec"].get("holderIdentity") or "") if answer.status_code == 200 else ""
     )
@@ -108,7 +110,7 @@ def test_pools_follow_the_objects_and_a_lone_replica_survives_losing_its_lease(
     wait_until(lambda: "warm-pool driver started" in apiserver.output(), what="the driver")
     # The control plane goes away: the lease cannot be renewed, the driver stops, and
     # the replica goes on serving claims from its cache.
-    kube_fleet.double.stop()
+    kube_fleet.plane.stop_apiserver()
     wait_until(
         lambda: "warm-pool driver stopped" in apiserver.output(),
         timeout=10,
@@ -122,7 +124,7 @@ def test_pools_follow_the_objects_and_a_lone_replica_survives_losing_its_lease(
     )
     assert answer.status_code == 201, answer.text
     assert apiserver.running
-    kube_fleet.double.start()
+    kube_fleet.plane.start_apiserver()
     started = apiserver.output().count("warm-pool driver started")
     wait_until(
         lambda: apiserver.output().count("warm-pool driver started") > started,
