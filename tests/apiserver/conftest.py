@@ -18,7 +18,7 @@ from tests.cli.conftest import run  # noqa: F401  (the in-process CLI fixture)
 from tests.conftest import process_slot
 from tests.sandboxd.servers import sandboxes_unavailable
 from tests.store.real_fleet import RealFleet, real_fleet
-from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
+from tests.testing.realkube import kube  # noqa: F401
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 AGENTS_TOKEN = "fleet-root-token"

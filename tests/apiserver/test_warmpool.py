@@ -1,4 +1,4 @@
-"""The warm-pool driver against the double, with agent stand-ins that record PUT
+"""The warm-pool driver against the real control plane, with agent stand-ins that record PUT
 /v1/pools: one tick's full sets and statuses, unresolvable templates, a failing node,
 fail-closed without a token, and the driver running only under its Lease."""
 
@@ -20,11 +20,10 @@ from sandboxctl.core.model import NodeInventory, Pool, PoolKey
 from sandboxctl.inventory.memory import MemoryInventorySource
 from sandboxctl.lifecycle import EXIT_STOPPED, Group, Manager
 from sandboxctl.store import SandboxStore
+from tests.fleet.kube.identities import ensure_namespace
 from tests.lifecycle.managed import Managed
 from tests.sandboxd.servers import wait_until
-from tests.testing.kubeapi.double import (
-    Kube,
-)
+from tests.testing.realkube import RealKube as Kube
 
 G, V = "extensions.agents.x-k8s.io", "v1beta1"
 FAST = DriverSettings(interval=timedelta(seconds=0.2))
@@ -234,6 +233,8 @@ class Replica:
 def test_only_the_lease_holder_drives(
     kube: Kube, fleet: tuple[SandboxStore, MemoryInventorySource, ManualClock]
 ) -> None:
+    # A Lease lives in a namespace that must exist (the double took any).
+    ensure_namespace(kube.api, "sandbox-system")
     replicas = [Replica(kube, fleet[0], name) for name in ("one", "two")]
     try:
         wait_until(lambda: any(r.driving for r in replicas), what="a driver")
