@@ -1,7 +1,8 @@
 """The guard's manifests: kustomize builds them, each object validates against the
-upstream schemas, the double takes them (server dry run), the RBAC is least privilege
-(SubjectAccessReviews), the guard works with its own account, and the systemd unit
-verifies with flags the command has."""
+upstream schemas, a real kube-apiserver takes them (server dry run), the RBAC is least
+privilege (SubjectAccessReviews, judged by kube-apiserver's own RBAC authorizer), the guard
+works with its own account (a client certificate naming it), and the systemd unit verifies
+with flags the command has."""
 
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from kubernetes import client
 
 from sandboxctl.guard.decide import Busy
 from sandboxctl.guard.service import Guard
-from sandboxctl_testing.kubeapi.access import load_tokens
-from tests.guard.cluster import Cluster, StaticSource, settings
-from tests.testing.kubeapi.double import PINNED_KUBECTL, REPO, Kube, Kubectl, api_for
+from sandboxctl.kube import api_client
+from tests.guard.cluster import StaticSource, settings
+from tests.guard.realcluster import RealCluster
+from tests.testing.kubeapi.double import PINNED_KUBECTL, REPO, Kubectl
 
 GUARD = REPO / "manifests" / "guard"
 UNIT = REPO / "manifests" / "systemd" / "sandboxctl-guard-workers.service"
 ACCOUNT = "system:serviceaccount:sandbox-system:sandboxctl-guard-workers"
-TOKEN = "t-guard"
+ACCOUNT_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:sandbox-system"]
 NEEDS_KUBECTL = pytest.mark.skipif(
     not PINNED_KUBECTL.exists(), reason="needs the pinned kubectl (make kubectl)"
 )
@@ -65,37 +67,40 @@ def test_every_object_validates_against_the_upstream_schemas() -> None:
 
 
 @NEEDS_KUBECTL
-def test_apply_dry_run_server_against_the_double(kube: Kube, tmp_path: Path) -> None:
-    kubectl = Kubectl(PINNED_KUBECTL, kube.kubeconfig, tmp_path)
-    before = kube.store.rv
+def test_apply_dry_run_server(real_cluster: RealCluster, tmp_path: Path) -> None:
+    # The workers' namespace exists (real_cluster makes it): a real kube-apiserver refuses
+    # objects in a namespace that does not, as the double did not.
+    kubectl = Kubectl(PINNED_KUBECTL, real_cluster.kube.kubeconfig, tmp_path)
     applied = kubectl("apply", "--dry-run=server", "-k", str(GUARD), timeout=60)
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.count("(server dry run)") == len(built())
-    assert kube.store.rv == before
+    listed = kubectl("get", "-k", str(GUARD), "--ignore-not-found", "-o", "name", timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.strip() == ""  # a dry run stores nothing
 
 
 @pytest.fixture
-def installed(cluster: Cluster, tmp_path: Path) -> Cluster:
-    """The guard's RBAC stored in the double, and a token for its service account."""
-    kube = cluster.kube
+def installed(real_cluster: RealCluster) -> RealCluster:
+    """The guard's RBAC created for real (its ServiceAccount aside: the account is a client
+    certificate naming it, see ``account_api``)."""
+    cluster = real_cluster
     objects = documents(GUARD / "rbac.yaml") + documents(GUARD / "rbac-sandbox-hosts.yaml")
     for obj in objects:
         if obj["kind"] == "ServiceAccount":
             continue
         namespace = obj["metadata"].get("namespace")
         path = f"/apis/{obj['apiVersion']}/" + (f"namespaces/{namespace}/" if namespace else "")
-        url = kube.url + path + obj["kind"].lower() + "s"
+        url = cluster.kube.url + path + obj["kind"].lower() + "s"
         json_body = {"Content-Type": "application/json"}
-        answer = kube.api.call_api("POST", url, header_params=json_body, body=obj)
+        answer = cluster.kube.api.call_api("POST", url, header_params=json_body, body=obj)
         answer.read()
         assert answer.status == 201, answer.data
-    tokens = tmp_path / "tokens.csv"
-    tokens.write_text(f'{TOKEN},{ACCOUNT},u-guard,"system:serviceaccounts"\n')
-    kube.running.server.settings.tokens.update(load_tokens(tokens))
     return cluster
 
 
-def may(cluster: Cluster, verb: str, resource: str, group: str = "", namespace: str = "") -> bool:
+def may(
+    cluster: RealCluster, verb: str, resource: str, group: str = "", namespace: str = ""
+) -> bool:
     attributes = client.V1ResourceAttributes(
         verb=verb, group=group, resource=resource, namespace=namespace or None
     )
@@ -133,18 +138,18 @@ def may(cluster: Cluster, verb: str, resource: str, group: str = "", namespace: 
     ],
 )
 def test_rbac_is_least_privilege(
-    installed: Cluster, verb: str, resource: str, group: str, namespace: str, allowed: bool
+    installed: RealCluster, verb: str, resource: str, group: str, namespace: str, allowed: bool
 ) -> None:
     assert may(installed, verb, resource, group, namespace) is allowed
 
 
-def test_the_guard_works_with_its_own_account(installed: Cluster) -> None:
+def test_the_guard_works_with_its_own_account(installed: RealCluster) -> None:
     installed.nodepool("workers", grace="1h")
     installed.node("node-a")
     installed.pod("w1")
     source = StaticSource()
     source.busy["w1"] = Busy.BUSY
-    api = api_for(installed.kube.url, TOKEN)
+    api = api_client(installed.kube.plane.kubeconfig_for(ACCOUNT, ACCOUNT_GROUPS))
     guard = Guard(settings(), api, lambda pods, on_verdict: source,
                   sync_timeout=timedelta(seconds=20), watch_seconds=30)  # fmt: skip
     try:
