@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from sandboxctl.core.errors import ConfigurationError, InvalidValueError
 from sandboxctl.guard.busy import AnnotationSource
@@ -15,8 +16,11 @@ from sandboxctl.guard.pods import pod_view
 from sandboxctl.guard.probe import ProbeSource, check_template
 from sandboxctl.guard.sessions import SessionsAnswerError, read_counts
 from sandboxctl.guard.sources import BusySpec, SourceKind, parse_busy_source
-from tests.guard.cluster import Cluster
 from tests.guard.endpoints import WorkerEndpoints
+from tests.guard.realcluster import RealCluster
+from tests.sandboxd.servers import wait_until
+
+INVENTORIES = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 
 
 @pytest.mark.parametrize(
@@ -104,13 +108,14 @@ def inventory(node: str, claims: int) -> dict[str, Any]:
     }
 
 
-def test_sandbox_hosts_read_claims_from_the_node_inventory(cluster: Cluster) -> None:
-    resource = cluster.store.registry.get("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
-    assert resource is not None
-    cluster.store.create(resource, "", inventory("node-a", 2), manager="publisher")
-    cluster.store.create(resource, "", inventory("node-b", 0), manager="publisher")
+def test_sandbox_hosts_read_claims_from_the_node_inventory(real_cluster: RealCluster) -> None:
+    custom = client.CustomObjectsApi(real_cluster.kube.api)
+    for node, claims in (("node-a", 2), ("node-b", 0)):
+        body = {"apiVersion": "sandbox.cocoonstack.io/v1beta1", "kind": "NodeInventory",
+                **inventory(node, claims)}  # fmt: skip
+        custom.create_cluster_custom_object(*INVENTORIES, body)
     changes: list[int] = []
-    source = SandboxHostsSource(cluster.kube.api, watch_seconds=30)
+    source = SandboxHostsSource(real_cluster.kube.api, watch_seconds=30)
     source.start(lambda: changes.append(1))
     try:
         assert source.wait_synced(10)
@@ -123,10 +128,8 @@ def test_sandbox_hosts_read_claims_from_the_node_inventory(cluster: Cluster) -> 
             Busy.IDLE,
         ]
         assert source.detail(on_a) == "2 claimed sandboxes on node-a"
-        cluster.store.update(resource, "", "node-a", {**inventory("node-a", 0), "metadata": {
-            "name": "node-a"}}, manager="publisher")  # fmt: skip
-        from tests.sandboxd.servers import wait_until
-
+        released = {"entries": []}
+        custom.patch_cluster_custom_object(*INVENTORIES, "node-a", released)
         wait_until(lambda: source.reading(on_a) is Busy.IDLE, what="node-a released")
         assert changes  # the reconciler is told at once
     finally:
