@@ -1,7 +1,8 @@
-"""The guard lanes G-01..G-05: the guard facet against the API double (started here
-without Karpenter's CRDs, so the facet must load them), and the lanes' judgments on a
-stand-in facet that misbehaves. The lanes end to end, with real ``guard-workers``
-processes, run in tests/lanes/test_local.py."""
+"""The guard lanes G-01..G-05: the guard facet against the real control plane (its
+NodePools validated by Karpenter's own CRDs, which the facet finds registered), and the
+lanes' judgments on a stand-in facet that misbehaves. The lanes end to end, with real
+``guard-workers`` processes, run in tests/lanes/test_local.py; the Karpenter lanes
+G-06..G-10 in tests/guard/test_karpenter.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
-import pytest
 from rich.console import Console
 
 from sandboxctl.lanes import catalog
@@ -20,26 +20,15 @@ from sandboxctl.lanes.guard import LANES, GuardScenario
 from sandboxctl.lanes.guardkit import Completed, GuardKit, GuardWindows, LocalGuardKit
 from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.progress import ConsoleProgress
-from sandboxctl_testing.kubeapi import start
-from tests.testing.kubeapi.double import CRDS, write_kubeconfig
+from tests.testing.realkube import RealKube
 
 
 def progress() -> ConsoleProgress:
     return ConsoleProgress(Console(stderr=True, no_color=True))
 
 
-@pytest.fixture
-def control_plane(tmp_path: Path) -> Iterator[Kit]:
-    running = start(0, crds=[CRDS], bookmark_seconds=0.2)
-    try:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", running.url)
-        yield cast(Kit, SimpleNamespace(kubeconfig=kubeconfig, name="test"))
-    finally:
-        running.stop()
-
-
-def test_the_guard_facet_removes_what_it_made(control_plane: Kit, tmp_path: Path) -> None:
-    with LocalGuardKit.open(control_plane.kubeconfig) as kit:
+def test_the_guard_facet_removes_what_it_made(real_kube: RealKube) -> None:
+    with LocalGuardKit.open(real_kube.kubeconfig) as kit:
         kit.nodepool("p", None)
         kit.node("n", "p")
         kit.pod("w", "x", "n", held=True)
@@ -47,7 +36,7 @@ def test_the_guard_facet_removes_what_it_made(control_plane: Kit, tmp_path: Path
         assert kit.get_pod("w") is not None  # held Terminating by its finalizer
         core, custom = kit.core, kit.custom
     assert core.list_namespaced_pod("lanes-guard").items == []
-    assert core.list_node().items == []
+    assert "n" not in [node.metadata.name for node in core.list_node().items]
     pools: Any = custom.list_cluster_custom_object("karpenter.sh", "v1", "nodepools")
     assert pools["items"] == []
 
