@@ -3,10 +3,11 @@
 Registered as an operator registers it: an APIService (manifests/base/apiservice.yaml,
 its caBundle the CA that issued the serving certificate) whose Service is an
 ExternalName Service naming 127.0.0.1. kube-apiserver resolves the Service itself: with
-``--enable-aggregator-routing`` off, a ClusterIP Service would be dialled at its cluster
-IP, which nothing routes here, while an ExternalName Service is dialled at its name and
-the APIService's port (k8s.io/apiserver's ResolveCluster); the availability check skips
-the endpoint check for it. kube-apiserver checks the serving certificate against the
+``--enable-aggregator-routing`` off, a ClusterIP Service is dialled at its cluster IP,
+which nothing routes here (and a manual EndpointSlice may not name a loopback address),
+while an ExternalName Service is dialled at its name and the APIService's port
+(k8s.io/apiserver's ResolveCluster); the availability check skips the endpoint check for
+it. kube-apiserver checks the serving certificate against the
 name ``<service>.<namespace>.svc``, shows its front-proxy client certificate, and names
 the user in X-Remote-* headers; serve-apiserver believes them only from that CA and asks
 kube-apiserver (as its own service account, with the manifests' rights) to authorize
