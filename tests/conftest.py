@@ -18,7 +18,12 @@ import pytest
 from sandboxctl.sandboxd.procfs import pids_of_uids
 from sandboxctl.sandboxd.runtimedir import RUNTIME_ROOT_ENV
 from sandboxctl.sandboxd.templates.store import STORE_ENV
-from tests.testing.realkube import _real_kube, control_plane, real_kube  # noqa: F401
+from tests.testing.realkube import (  # noqa: F401
+    _real_kube,
+    control_plane,
+    real_kube,
+    uncached_kube,
+)
 
 _uid_blocks = itertools.count()
 # Session fixtures each xdist worker has its own, and keeps to the session's end: those

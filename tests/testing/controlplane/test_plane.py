@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import urllib3
 from kubernetes import client, config
 
 from sandboxctl_testing.controlplane import ControlPlane, MissingTools, Tools
-from tests.testing.realkube import CRDS, PLANE_NODE, RealKube
+from tests.testing.realkube import PLANE_NODE, RealKube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 
@@ -119,18 +118,8 @@ def test_an_etcd_outage_makes_the_apiserver_unready_until_it_ends(real_kube: Rea
             time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
-def uncached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealKube]:
-    """A plane of its own whose kube-apiserver has no watch cache (see ``watch_cache``)."""
-    plane = ControlPlane(tmp_path_factory.mktemp("uncached"), crds=[CRDS], watch_cache=False)
-    with plane:
-        api = plane.api()
-        yield RealKube(plane, api)
-        api.close()
-
-
-def test_a_watch_from_before_a_compaction_is_410(uncached: RealKube) -> None:
-    real_kube = uncached
+def test_a_watch_from_before_a_compaction_is_410(uncached_kube: RealKube) -> None:
+    real_kube = uncached_kube
     objects = client.CustomObjectsApi(real_kube.api)
     first = objects.create_cluster_custom_object(*NI, inventory("n1"))
     old = first["metadata"]["resourceVersion"]

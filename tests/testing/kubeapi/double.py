@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from kubernetes import client
 
@@ -81,6 +82,9 @@ class Kube:
     @property
     def store(self) -> Store:
         return self.running.store
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=10)
 
 
 @pytest.fixture

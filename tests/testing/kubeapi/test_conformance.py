@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from kubernetes import client, watch
 
+from tests.testing.kubeapi.conftest import BACKENDS
 from tests.testing.kubeapi.double import PINNED_KUBECTL, Kube, Kubectl, second_kubectl
+from tests.testing.realkube import RealKube
 
 G, V, POOLS = "extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools"
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
@@ -259,8 +260,28 @@ def test_watch_honours_its_timeout_and_selector(objects: client.CustomObjectsApi
     assert names == ["m1"]
 
 
-def test_watch_from_a_too_old_version_is_410(objects: client.CustomObjectsApi, kube: Kube) -> None:
-    kube.store.compact()
+@pytest.fixture(params=BACKENDS)
+def expiring(request: pytest.FixtureRequest) -> Kube | RealKube:
+    """A backend whose compaction expires old watches: the double, or a plane without the
+    watch cache (with it, kube-apiserver serves watches from memory)."""
+    fixture = "double_kube" if request.param == "double" else "uncached_kube"
+    backend: Kube | RealKube = request.getfixturevalue(fixture)
+    return backend
+
+
+def test_watch_from_a_too_old_version_is_410(expiring: Kube | RealKube) -> None:
+    objects = client.CustomObjectsApi(expiring.api)
+    created = objects.create_namespaced_custom_object(G, V, "default", POOLS, pool("old1"))
+    objects.patch_namespaced_custom_object(
+        G, V, "default", POOLS, "old1", {"spec": {"replicas": 2}}
+    )
+    objects.patch_namespaced_custom_object(
+        G, V, "default", POOLS, "old1", {"spec": {"replicas": 3}}
+    )
+    if isinstance(expiring, RealKube):
+        expiring.plane.compact()
+    else:
+        expiring.store.compact()
     with pytest.raises(client.ApiException) as gone:
         for _ in watch.Watch().stream(
             objects.list_namespaced_custom_object,
@@ -268,7 +289,7 @@ def test_watch_from_a_too_old_version_is_410(objects: client.CustomObjectsApi, k
             V,
             "default",
             POOLS,
-            resource_version="1",
+            resource_version=created["metadata"]["resourceVersion"],
             timeout_seconds=2,
         ):
             pass
@@ -301,7 +322,9 @@ def test_pods_typed_with_a_strategic_merge_and_a_typed_watch(kube: Kube) -> None
         "default",
         client.V1Pod(
             metadata=client.V1ObjectMeta(name="p1", labels={"app": "p"}),
-            spec=client.V1PodSpec(containers=[container]),
+            # No scheduler has this name: on a real cluster nothing binds or runs the pod,
+            # so the watch below sees only the test's own change.
+            spec=client.V1PodSpec(containers=[container], scheduler_name="nobody"),
         ),
     )
     assert [
@@ -324,7 +347,8 @@ def test_pods_typed_with_a_strategic_merge_and_a_typed_watch(kube: Kube) -> None
     assert [(e["type"], type(e["object"]).__name__) for e in events] == [("MODIFIED", "V1Pod")]
     # The typed client refuses this pod itself, so it goes as plain HTTP.
     bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad"}, "spec": {}}
-    refused = httpx.post(f"{kube.url}/api/v1/namespaces/default/pods", json=bad)
+    with kube.http() as http:
+        refused = http.post("/api/v1/namespaces/default/pods", json=bad)
     assert refused.status_code == 422
     assert refused.json()["reason"] == "Invalid"
 

@@ -1,10 +1,12 @@
-"""What the double does beyond the conformance scenarios: field managers, CRD schemas,
-dry runs, RBAC with TokenReview and SubjectAccessReview, the watch hooks, and a state
-that survives a stop and a start."""
+"""Beyond the conformance scenarios: field managers, CRD schemas, dry runs and CRDs made
+through the API (on the double and the real control plane alike), and what only the
+double has: its static tokens with TokenReview and SubjectAccessReview, its watch hooks,
+and its state file across a stop and a start."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from tests.testing.kubeapi.double import DoubleProcess, Kube, api_for
+from tests.testing.realkube import RealKube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 APPLY = "application/apply-patch+yaml"
@@ -34,6 +37,11 @@ def apply(
     api.patch_cluster_custom_object(
         *NI, body["metadata"]["name"], body, field_manager=manager, force=force, _content_type=APPLY
     )
+
+
+def call(kube: Kube | RealKube, method: str, path: str, **options: Any) -> httpx.Response:
+    with kube.http() as http:
+        return http.request(method, path, **options)
 
 
 def managers(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -63,8 +71,10 @@ def test_apply_owns_fields_conflicts_and_removes_what_it_stops_applying(kube: Ku
 
 
 def test_apply_without_a_field_manager_is_422(kube: Kube) -> None:
-    answer = httpx.patch(
-        f"{kube.url}/apis/{NI[0]}/{NI[1]}/{NI[2]}/n1",
+    answer = call(
+        kube,
+        "PATCH",
+        f"/apis/{NI[0]}/{NI[1]}/{NI[2]}/n1",
         content=json.dumps(inventory("n1")),
         headers={"Content-Type": APPLY},
     )
@@ -82,12 +92,14 @@ def test_the_crd_schema_is_enforced(kube: Kube) -> None:
         api.create_cluster_custom_object(*NI, {**inventory("n1"), "node": None} | {"address": "x"})
     assert missing.value.status == 422
     # Unknown fields are pruned (and named in a Warning header), or refused when strict.
-    created = httpx.post(f"{kube.url}/apis/{NI[0]}/{NI[1]}/{NI[2]}", json=inventory("n2", extra=1))
+    created = call(kube, "POST", f"/apis/{NI[0]}/{NI[1]}/{NI[2]}", json=inventory("n2", extra=1))
     assert created.status_code == 201
     assert "extra" not in created.json()
     assert 'unknown field \\"extra\\"' in created.headers["warning"]
-    strict = httpx.post(
-        f"{kube.url}/apis/{NI[0]}/{NI[1]}/{NI[2]}?fieldValidation=Strict",
+    strict = call(
+        kube,
+        "POST",
+        f"/apis/{NI[0]}/{NI[1]}/{NI[2]}?fieldValidation=Strict",
         json=inventory("n3", extra=1),
     )
     assert strict.status_code == 400
@@ -95,11 +107,11 @@ def test_the_crd_schema_is_enforced(kube: Kube) -> None:
 
 
 def test_dry_run_stores_nothing(kube: Kube) -> None:
-    url = f"{kube.url}/apis/{NI[0]}/{NI[1]}/{NI[2]}"
-    before = httpx.get(url).json()["metadata"]["resourceVersion"]
-    assert httpx.post(f"{url}?dryRun=All", json=inventory("n1")).status_code == 201
-    assert httpx.get(f"{url}/n1").status_code == 404
-    assert httpx.get(url).json()["metadata"]["resourceVersion"] == before
+    url = f"/apis/{NI[0]}/{NI[1]}/{NI[2]}"
+    before = call(kube, "GET", url).json()["metadata"]["resourceVersion"]
+    assert call(kube, "POST", f"{url}?dryRun=All", json=inventory("n1")).status_code == 201
+    assert call(kube, "GET", f"{url}/n1").status_code == 404
+    assert call(kube, "GET", url).json()["metadata"]["resourceVersion"] == before
 
 
 def test_crds_created_through_the_api_are_served(kube: Kube) -> None:
@@ -127,14 +139,19 @@ def test_crds_created_through_the_api_are_served(kube: Kube) -> None:
         },
     }
     assert (
-        httpx.post(
-            f"{kube.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
+        call(
+            kube, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd
         ).status_code
         == 201
     )
-    url = f"{kube.url}/apis/example.com/v1/namespaces/default/widgets"
+    url = "/apis/example.com/v1/namespaces/default/widgets"
+    deadline = time.monotonic() + 10  # a real kube-apiserver serves a CRD once Established
+    while call(kube, "GET", url).status_code == 404 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert (
-        httpx.post(
+        call(
+            kube,
+            "POST",
             url,
             json={
                 "apiVersion": "example.com/v1",
@@ -146,7 +163,9 @@ def test_crds_created_through_the_api_are_served(kube: Kube) -> None:
         == 201
     )
     assert (
-        httpx.post(
+        call(
+            kube,
+            "POST",
             url,
             json={
                 "apiVersion": "example.com/v1",
@@ -157,13 +176,19 @@ def test_crds_created_through_the_api_are_served(kube: Kube) -> None:
         ).status_code
         == 422
     )
-    httpx.delete(
-        f"{kube.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com"
+    call(
+        kube,
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
     )
-    assert httpx.get(url).status_code == 404
+    deadline = time.monotonic() + 10  # and stops serving it once its deletion is done
+    while call(kube, "GET", url).status_code != 404 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert call(kube, "GET", url).status_code == 404
 
 
-def test_tokens_rbac_and_the_review_apis(kube: Kube, tmp_path: Path) -> None:
+def test_tokens_rbac_and_the_review_apis(double_kube: Kube, tmp_path: Path) -> None:
+    kube = double_kube
     tokens = tmp_path / "tokens.csv"
     tokens.write_text(
         't-pub,system:serviceaccount:sandbox-system:publisher,u1,"system:serviceaccounts"\n'
@@ -229,7 +254,8 @@ def test_tokens_rbac_and_the_review_apis(kube: Kube, tmp_path: Path) -> None:
     assert not may("delete")
 
 
-def test_hooks_drop_and_expire_watches(kube: Kube) -> None:
+def test_hooks_drop_and_expire_watches(double_kube: Kube) -> None:
+    kube = double_kube
     url = f"{kube.url}/apis/{NI[0]}/{NI[1]}/{NI[2]}"
     version = httpx.get(url).json()["metadata"]["resourceVersion"]
     with httpx.stream(
