@@ -9,8 +9,10 @@ control address, so that answering there means ready:
 
 - ``GET /healthz``: 200.
 - ``GET /plane``: what ``plane.json`` holds.
-- ``POST /kube-apiserver/stop``, ``POST /etcd/stop`` (``?signal=KILL`` for SIGKILL, SIGTERM
-  by default): stop that part and answer once it has exited.
+- ``POST /kube-apiserver/stop``, ``POST /etcd/stop``: stop that part and answer once it has
+  exited; by SIGKILL, as the plane's own outages do (a SIGTERMed kube-apiserver stops
+  listening at once but exits only once its open watches end, 20 s later), or by the
+  signal ``?signal=TERM`` (or ``INT``) names.
 - ``POST /kube-apiserver/start``, ``POST /etcd/start``: start it again (when it is not
   running) on the same ports and data and answer once kube-apiserver is ready again
   (after etcd's start too: a caller wants the API back, not only its store).
@@ -214,8 +216,12 @@ def versions_of(plane: ControlPlane) -> dict[str, str]:
 def _handler(plane: ControlPlane, facts: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
     lock = threading.Lock()  # one outage action at a time
 
-    def stop(part: str, sig: int) -> None:
-        (plane.stop_apiserver if part == "kube-apiserver" else plane.stop_etcd)(sig)
+    def stop(part: str, sig: int | None) -> None:
+        action = plane.stop_apiserver if part == "kube-apiserver" else plane.stop_etcd
+        if sig is None:
+            action()  # the plane's own outage signal
+        else:
+            action(sig)
 
     def start(part: str) -> None:
         # Starting a running part only waits for it (a caller may heal what is up).
@@ -240,12 +246,13 @@ def _handler(plane: ControlPlane, facts: dict[str, Any]) -> type[BaseHTTPRequest
         def do_POST(self) -> None:
             url = urlsplit(self.path)
             part, _, verb = url.path.strip("/").partition("/")
-            wanted = parse_qs(url.query).get("signal", ["TERM"])[0].upper()
-            if part not in PARTS or verb not in ("stop", "start") or wanted not in SIGNALS:
+            wanted = parse_qs(url.query).get("signal", [""])[0].upper()
+            if part not in PARTS or verb not in ("stop", "start") or wanted not in ("", *SIGNALS):
                 self._answer(HTTPStatus.NOT_FOUND, f"no {url.path} (signal {wanted})\n")
                 return
+            sig = SIGNALS.get(wanted)
             action: Callable[[], None] = (
-                (lambda: stop(part, SIGNALS[wanted])) if verb == "stop" else (lambda: start(part))
+                (lambda: stop(part, sig)) if verb == "stop" else (lambda: start(part))
             )
             with lock:
                 try:
