@@ -15,10 +15,9 @@ from kubernetes import client
 
 from sandboxctl.kube import NODE_INVENTORIES, CustomObjects, Informer
 from sandboxctl.kube.informer import metadata_only
-from sandboxctl_testing.controlplane import ControlPlane
 from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import Kube
-from tests.testing.realkube import CRDS, RealKube
+from tests.testing.realkube import RealKube
 
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
 
@@ -131,25 +130,14 @@ def test_a_watch_cut_without_a_word_resumes_from_its_cursor(double_kube: Kube) -
         informer.stop()
 
 
-@pytest.fixture(scope="module")
-def uncached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealKube]:
-    """A plane of its own whose kube-apiserver serves watches from etcd (no watch cache), so
-    that a compaction expires a watch's cursor."""
-    plane = ControlPlane(tmp_path_factory.mktemp("uncached"), crds=[CRDS], watch_cache=False)
-    with plane:
-        api = plane.api()
-        yield RealKube(plane, api)
-        api.close()
-
-
-def test_410_after_a_compaction_relists_and_diffs(uncached: RealKube) -> None:
-    plane = uncached.plane
-    objects = client.CustomObjectsApi(uncached.api)
+def test_410_after_a_compaction_relists_and_diffs(uncached_kube: RealKube) -> None:
+    plane = uncached_kube.plane
+    objects = client.CustomObjectsApi(uncached_kube.api)
     for name in ("n1", "n2", "n3"):
         objects.create_cluster_custom_object(*NI, inventory(name))
     recorder = Recorder()
     informer = Informer(
-        CustomObjects(uncached.api, NODE_INVENTORIES), recorder, watch_seconds=5,
+        CustomObjects(uncached_kube.api, NODE_INVENTORIES), recorder, watch_seconds=5,
         backoff_initial=0.05, backoff_max=0.2,
     )  # fmt: skip
     informer.start()

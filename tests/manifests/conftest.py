@@ -1,3 +1,3 @@
-"""Fixtures for the Kubernetes tests: the API double in this process."""
+"""Fixtures for the manifests' tests: the real control plane."""
 
-from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
+from tests.testing.realkube import kube  # noqa: F401

@@ -40,6 +40,7 @@ KINDS = (
     ("v1", "Node"),
     ("apps/v1", "Deployment"),
     ("apps/v1", "DaemonSet"),
+    ("policy/v1", "PodDisruptionBudget"),
     ("coordination.k8s.io/v1", "Lease"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
@@ -90,6 +91,26 @@ class RealKube:
 
     def http(self) -> httpx.Client:
         return self.plane.http()
+
+    def api_with_token(self, token: str) -> client.ApiClient:
+        """An official client that shows ``token`` (a service account's, say)."""
+        configuration = client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.plane.ca.cert)
+        configuration.api_key = {"authorization": f"Bearer {token}"}
+        return client.ApiClient(configuration)
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token for the service account, from the TokenRequest API (as a kubelet gets
+        one for a pod)."""
+        request = {"spec": {"audiences": [], "expirationSeconds": 3600}}
+        with self.http() as http:
+            answer = http.post(
+                f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", json=request
+            )
+        answer.raise_for_status()
+        token: str = answer.json()["status"]["token"]
+        return token
 
     def _resources(self) -> Iterator[tuple[tuple[str, str], Any]]:
         dyn = dynamic.DynamicClient(self.api)
