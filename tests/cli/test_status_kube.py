@@ -1,5 +1,5 @@
-"""``sandboxctl status --source kube`` and ``inventory --source kube`` against the
-Kubernetes API double: the view of published NodeInventory objects, judged by the
+"""``sandboxctl status --source kube`` and ``inventory --source kube`` against the real
+control plane: the view of published NodeInventory objects, judged by the
 freshness rule, and an API server without the resource named for what it lacks."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from kubernetes import client
 
 from sandboxctl.core.model import Entry, NodeInventory, Pool, PoolKey
 from sandboxctl.publisher import published_object
-from sandboxctl_testing.kubeapi import start
+from sandboxctl_testing.controlplane import ControlPlane
 from tests.cli.conftest import Run
-from tests.testing.kubeapi.double import Kube, write_kubeconfig
-from tests.testing.kubeapi.double import double_kube as kube  # noqa: F401  (not moved yet)
+from tests.testing.realkube import RealKube as Kube
+from tests.testing.realkube import kube  # noqa: F401
 
 pytestmark = pytest.mark.services
 NI = ("sandbox.cocoonstack.io", "v1beta1", "nodeinventories")
@@ -82,12 +82,9 @@ def test_status_judges_the_published_inventories(run: Run, kube: Kube) -> None: 
 
 
 def test_an_api_server_without_the_crd_is_named(run: Run, tmp_path: Path) -> None:
-    bare = start(0, crds=[])
-    try:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", bare.url)
+    with ControlPlane(tmp_path, crds=[]) as bare:
+        kubeconfig = bare.kubeconfig
         result = run("inventory", "--source", "kube", "--kubeconfig", str(kubeconfig))
-    finally:
-        bare.stop()
 
     assert result.code == 2
     assert result.err == (
