@@ -18,7 +18,7 @@ from sandboxctl.lanes.local import DOUBLE_NAME, real_plane_missing, unavailable
 from sandboxctl.lanes.model import LOCAL, LaneError, Windows
 from sandboxctl_testing.controlplane import Tools
 
-RUN_TIMEOUT = 720  # seconds; the run itself takes about 6 minutes on this machine
+RUN_TIMEOUT = 720  # seconds; the run itself takes about 5 minutes on this machine
 TEARDOWN_TIMEOUT = 180  # seconds for the kit to stop every part and remove its network
 BUILD_TIMEOUT = 240  # seconds for a run that builds the kit and runs no lane
 
