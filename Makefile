@@ -39,7 +39,7 @@ complexity: $(INSTALLED)
 ## unit: the suite, on two workers (pytest-xdist; tests/conftest.py groups the tests that
 ## share a stack, so one worker starts it). One worker: make unit PYTEST_ARGS=
 PYTEST_ARGS ?= -n 2 --dist loadgroup
-unit: $(INSTALLED) host-tools kubectl e2b-clients
+unit: $(INSTALLED) host-tools kubectl kube-tools e2b-clients
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## pure: the tests that need none of root, namespaces, network or spawned services
@@ -55,15 +55,12 @@ kubectl: host-tools
 	scripts/get-kubectl
 
 ## kube-tools: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, karpenter-kwok
-## and helm, built from the Go modules pinned under tools/ into .tools/bin (only what is missing;
-## needs Go; the Go caches stay outside the checkout). Not part of `make test` yet.
+## and helm, built from the Go modules pinned under tools/ into .tools/bin (only what is missing
+## or whose module changed; needs Go; the Go caches stay outside the checkout), for the real
+## control plane every Kubernetes test runs on; and kwok's stages and Karpenter's CRDs, copied
+## from the same modules into .tools/share and .tools/crds. A cold build: about 15 min on 2 cores.
 kube-tools:
 	scripts/build-kube-tools
-
-## karpenter-crds: Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay, KWOKNodeClass),
-## copied from the module pinned in tools/karpenter into .tools/crds/karpenter (needs Go)
-karpenter-crds:
-	scripts/karpenter-crds
 
 ## e2b-clients: the client matrix's JS SDK, CLI and newest Python SDK, into a cache outside
 ## the checkout (SANDBOXCTL_CLIENT_CACHE, default ~/.cache/sandboxctl/e2b-clients)

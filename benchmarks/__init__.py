@@ -46,6 +46,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "benchmarks.bench_kube",
         "Kubernetes: informer event to snapshot, publish tick, dead-node leave, apiserver RSS",
     ),
+    "controlplane": (
+        "benchmarks.bench_controlplane",
+        "the real control plane's start to ready: etcd and kube-apiserver, then the whole plane",
+    ),
     "guard": (
         "benchmarks.bench_guard",
         "guard-workers: tick over 5000 pods, busy -> annotated, API requests per tick",

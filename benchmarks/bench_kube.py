@@ -7,8 +7,9 @@
   ``inventory.kube.inventory_event``) until the kube source's snapshot holds the node's
   new inventory; beside it,
   ``FleetSnapshot.replace`` alone on the parsed inventory (``ratio`` = event / replace:
-  what reading the object costs), and the same event end to end (apply through the
-  double until the snapshot shows the stamp);
+  what reading the object costs), and the same event end to end over the whole fleet
+  stored in the API (apply one node's new stamp until the snapshot shows it), through the
+  double and through a real kube-apiserver (``ratio`` = real / double);
 - ``apiserver RSS``: ``serve-apiserver --source kube`` as a process over 200
   NodeInventory objects of 2000 entries, beside the same server over an empty fleet;
 - ``publish tick``: one publish of 2000 sandboxes (agent read over HTTP from a stand-in
@@ -45,7 +46,7 @@ from starlette.routing import Route
 
 from benchmarks import Row, with_target
 from benchmarks.fleet import generate_fleet, republish
-from benchmarks.timing import gc_paused, measure
+from benchmarks.timing import Timing, gc_paused, measure
 from sandboxctl.agentapi import AgentClient
 from sandboxctl.core.freshness import FreshnessRule, ReferenceMode
 from sandboxctl.core.model import NodeInventory
@@ -55,6 +56,7 @@ from sandboxctl.kube.resources import watch_lines
 from sandboxctl.lanes.processes import free_port
 from sandboxctl.publisher import Outcome, Publisher, published_object
 from sandboxctl.store import SandboxStore
+from sandboxctl_testing.controlplane import ControlPlane
 from sandboxctl_testing.kubeapi import start
 from sandboxctl_testing.kubeapi.runner import REPO_CRDS
 
@@ -134,24 +136,53 @@ def _event_to_snapshot() -> Iterator[Row]:
         "fleet": f"{NODES}x{ENTRIES}",
         **baseline.figures("ms"),
     }
-    yield _end_to_end(fleet[0])
+    yield from _end_to_end(fleet)
 
 
-def _end_to_end(inventory: NodeInventory) -> Row:
-    """Apply a new stamp through the double; time until the informer's snapshot has it."""
-    running = start(0, crds=[REPO_CRDS], bookmark_seconds=1.0)
-    api = _api(running.url)
-    objects = CustomObjects(api, NODE_INVENTORIES, timeout=30)
-    source = KubeInventorySource(api)
+def _end_to_end(fleet: list[NodeInventory]) -> Iterator[Row]:
+    """Apply a new stamp to one node of the whole fleet, through the double and through a
+    real kube-apiserver side by side; time until the kube source's snapshot has it."""
+    workdir = Path(tempfile.mkdtemp(prefix="sandboxctl-bench-kube-"))
     try:
+        double = start(0, crds=[REPO_CRDS], bookmark_seconds=1.0)
+        try:
+            through_double = _apply_to_snapshot(_api(double.url), fleet)
+        finally:
+            double.stop()
+        with ControlPlane(workdir / "plane", crds=[REPO_CRDS]) as plane:
+            through_real = _apply_to_snapshot(plane.api(), fleet)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    size = f"{len(fleet)}x{ENTRIES}"
+    yield {
+        "benchmark": NAME,
+        "case": "apply -> snapshot, the double",
+        "fleet": size,
+        **through_double.figures("ms"),
+    }
+    yield {
+        "benchmark": NAME,
+        "case": "apply -> snapshot, kube-apiserver",
+        "fleet": size,
+        **through_real.figures("ms"),
+        "ratio": round(through_real.p50_ns / through_double.p50_ns, 2),
+    }
+
+
+def _apply_to_snapshot(api: client.ApiClient, fleet: list[NodeInventory]) -> Timing:
+    objects = CustomObjects(api, NODE_INVENTORIES, timeout=60)
+    for inventory in fleet:
         objects.apply(published_object(inventory), "bench")
+    source = KubeInventorySource(api, sync_timeout=timedelta(seconds=120))
+    target = fleet[len(fleet) // 2]
+    try:
         source.start()
         stamp = [datetime(2030, 1, 1, tzinfo=UTC)]
 
         def one() -> None:
             stamp[0] += timedelta(seconds=1)
             objects.apply(
-                published_object(dataclasses.replace(inventory, published_at=stamp[0])), "bench"
+                published_object(dataclasses.replace(target, published_at=stamp[0])), "bench"
             )
             deadline = time.monotonic() + 10
             while source.snapshot().newest != stamp[0]:
@@ -159,16 +190,10 @@ def _end_to_end(inventory: NodeInventory) -> Row:
                     raise RuntimeError("the event did not arrive")
                 time.sleep(0.0005)
 
-        timed = measure(one, runs=20, warmup=2, max_seconds=60)
+        return measure(one, runs=20, warmup=2, max_seconds=60)
     finally:
         source.stop()
-        running.stop()
-    return {
-        "benchmark": NAME,
-        "case": "apply -> snapshot (end to end)",
-        "fleet": f"1x{ENTRIES}",
-        **timed.figures("ms"),
-    }
+        api.close()
 
 
 # --- publish tick ---------------------------------------------------------------------------

@@ -82,7 +82,6 @@ FIXTURE_NEEDS: dict[str, frozenset[str]] = {
     "tests.conftest:uid_base": frozenset({"root"}),
     "tests.guard.conftest:kube": frozenset({"services"}),  # the API double on loopback
     "tests.testing.realkube:control_plane": frozenset({"services"}),
-    "tests.lanes.test_guard:control_plane": frozenset({"services"}),
 }
 
 

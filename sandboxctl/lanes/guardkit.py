@@ -40,8 +40,8 @@ from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl.lanes.workersignals import WorkerSignals
 
 #: Karpenter's own CRDs (NodePool, NodeClaim, NodeOverlay and the kwok provider's
-#: KWOKNodeClass), copied from the pinned Go module by ``scripts/karpenter-crds``
-#: (``make karpenter-crds``); nothing upstream is committed.
+#: KWOKNodeClass), copied from the pinned Go module by ``scripts/build-kube-tools``
+#: (``make kube-tools``); nothing upstream is committed.
 KARPENTER_CRDS = Path(__file__).resolve().parents[2] / ".tools" / "crds" / "karpenter"
 #: The kwok provider's node class: the one a NodePool's nodeClassRef may name here.
 KWOK_NODECLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
@@ -326,7 +326,7 @@ class LocalGuardKit:
         extensions = client.ApiextensionsV1Api(self.api)
         if not any(KARPENTER_CRDS.glob("*.yaml")):
             raise LaneError(
-                f"Karpenter's CRDs are not in {KARPENTER_CRDS}: run `make karpenter-crds`"
+                f"Karpenter's CRDs are not in {KARPENTER_CRDS}: run `make kube-tools`"
             )
         for path in sorted(KARPENTER_CRDS.glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):

@@ -501,7 +501,7 @@ class LocalKit:
             f"--service-account={part}={LEASE_NAMESPACE}/{account}"
             for part, account in SERVICE_ACCOUNTS.items()
         ]
-        # Karpenter's CRDs too, once `make karpenter-crds` made them: kube-apiserver serves
+        # Karpenter's CRDs too, once `make kube-tools` copied them: kube-apiserver serves
         # a CRD's objects only once it is Established, which the plane waits for and the
         # guard lanes' own registration (for the double, which serves them at once) does not.
         karpenter = [f"--crds={KARPENTER_CRDS}"] if any(KARPENTER_CRDS.glob("*.yaml")) else []

@@ -32,14 +32,14 @@ from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.model import Verdict
 from sandboxctl.lanes.progress import ConsoleProgress
 from sandboxctl_testing.controlplane import ControlPlane
-from sandboxctl_testing.controlplane.karpenter import Karpenter, without_condition_taints
+from sandboxctl_testing.controlplane.karpenter import Karpenter
 
 
 @pytest.fixture(scope="module")
 def karpenter_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     workdir = tmp_path_factory.mktemp("karpenter-plane")
     # Karpenter installs its own CRDs (Karpenter.start), as its chart does.
-    plane = without_condition_taints(ControlPlane(workdir, scheduler=True, kwok=True))
+    plane = ControlPlane(workdir, scheduler=True, kwok=True)
     with plane, Karpenter(plane, plane.logs):
         yield plane
 

@@ -52,6 +52,7 @@ KINDS = (
     ("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate"),
     ("karpenter.sh/v1", "NodePool"),
     ("karpenter.sh/v1", "NodeClaim"),
+    ("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"),
 )
 # What kube-controller-manager makes in every namespace, and makes again once deleted.
 KEPT = {("v1", "ServiceAccount"): "default", ("v1", "ConfigMap"): "kube-root-ca.crt"}

@@ -16,10 +16,9 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
-import yaml
 from kubernetes import client
 
 from sandboxctl.lanes.guardkit import KARPENTER_CRDS
@@ -29,33 +28,10 @@ from sandboxctl_testing.controlplane.tools import Tools
 
 PROGRAM = "karpenter-kwok"
 READY_TIMEOUT = 90.0  # its caches sync over every kind it watches
-ESTABLISHED_TIMEOUT = 30.0
-CRD = "CustomResourceDefinition"
 NODECLASS_API = ("karpenter.kwok.sh", "v1alpha1", "kwoknodeclasses")
 #: The provider's node class a NodePool names in ``spec.template.spec.nodeClassRef``.
 NODECLASS = "default"
 NODECLASS_REF = {"group": NODECLASS_API[0], "kind": "KWOKNodeClass", "name": NODECLASS}
-CONDITION_TAINTS = "TaintNodesByCondition"
-DISABLED_PLUGINS = "--disable-admission-plugins="
-
-
-def without_condition_taints(plane: ControlPlane) -> ControlPlane:
-    """Turn off kube-apiserver's TaintNodesByCondition admission on a plane not yet started.
-
-    That plugin taints every new Node ``node.kubernetes.io/not-ready:NoSchedule``, and only
-    kube-controller-manager's node-lifecycle controller lifts it once the node is Ready; the
-    plane runs without that controller (it would taint kwok's nodes between heartbeats), so
-    the taint stays, and Karpenter never counts its nodes Initialized (it waits for that
-    taint to go) and never disrupts them. A no-op when the plane already turns it off."""
-    args = plane.apiserver.args
-    for index, arg in enumerate(args):
-        if arg.startswith(DISABLED_PLUGINS) and CONDITION_TAINTS not in arg:
-            args[index] = f"{arg},{CONDITION_TAINTS}"
-            break
-    else:
-        if not any(a.startswith(DISABLED_PLUGINS) for a in args):
-            args.append(f"{DISABLED_PLUGINS}{CONDITION_TAINTS}")
-    return plane
 
 
 class Karpenter:
@@ -129,33 +105,11 @@ class Karpenter:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
 
     def install_crds(self) -> list[str]:
-        """Karpenter's CRDs (``crds``), created where missing and Established, as its chart
-        installs them before the controller starts; their names."""
-        paths = sorted(self.crds.glob("*.yaml"))
-        if not paths:
-            raise FileNotFoundError(f"no CRDs in {self.crds}: run `make karpenter-crds`")
-        api = self.plane.api()
-        try:
-            extensions = client.ApiextensionsV1Api(api)
-            names = []
-            for path in paths:
-                for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-                    if (
-                        not isinstance(document, dict)
-                        or document.get("kind") != "CustomResourceDefinition"
-                    ):
-                        continue
-                    names.append(document["metadata"]["name"])
-                    try:
-                        extensions.create_custom_resource_definition(cast(Any, document))
-                    except client.ApiException as error:
-                        if error.status != 409:
-                            raise
-            for name in names:
-                _wait_established(extensions, name)
-        finally:
-            api.close()  # type: ignore[no-untyped-call]
-        return names
+        """Karpenter's CRDs (``crds``) applied and Established, as its chart installs them
+        before the controller starts; their names."""
+        if not any(self.crds.glob("*.yaml")):
+            raise FileNotFoundError(f"no CRDs in {self.crds}: run `make kube-tools`")
+        return self.plane.apply_crds(self.crds)
 
     def ensure_nodeclass(self) -> None:
         """The KWOKNodeClass ``NODECLASS``, created if missing, its Ready condition True."""
@@ -195,14 +149,3 @@ class Karpenter:
 
     def tail(self) -> str:
         return self.process.tail()
-
-
-def _wait_established(extensions: client.ApiextensionsV1Api, name: str) -> None:
-    deadline = time.monotonic() + ESTABLISHED_TIMEOUT
-    while time.monotonic() < deadline:
-        crd = extensions.read_custom_resource_definition(name)
-        conditions = (crd.status and crd.status.conditions) or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"CRD {name} was not Established within {ESTABLISHED_TIMEOUT:.0f} s")

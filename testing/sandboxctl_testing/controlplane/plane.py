@@ -29,6 +29,7 @@ ESTABLISHED_TIMEOUT = 30.0
 ADMIN = "sandboxctl-admin"
 MANAGER = "sandboxctl-test"  # the field manager of what the plane applies itself
 CRD_KIND = "CustomResourceDefinition"
+CLIENTS = "clients"  # the directory of client certificates under pki/
 CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 FAKE_NODE = "kwok.x-k8s.io/node"  # kwok manages the nodes with this annotation set to "fake"
 
@@ -65,7 +66,7 @@ class ControlPlane:
         self.tools = tools or Tools.find()
         self.logs = workdir / "logs"
         self.certs = workdir / "pki"
-        for directory in (self.logs, self.certs):
+        for directory in (self.logs, self.certs, self.certs / CLIENTS):
             directory.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.port = free_port(host)
@@ -101,9 +102,10 @@ class ControlPlane:
     def kubeconfig_for(
         self, user: str, groups: Iterable[str] = (), *, name: str | None = None
     ) -> Path:
-        """A kubeconfig whose client certificate names ``user`` in ``groups``."""
+        """A kubeconfig whose client certificate names ``user`` in ``groups``. (Client
+        certificates live apart from the plane's own, so no user's name can replace one.)"""
         filename = name or f"user-{user.replace(':', '-')}"
-        pair = self.ca.issue(filename, user, organizations=groups)
+        pair = self.ca.issue(f"{CLIENTS}/{filename}", user, organizations=groups)
         return self.write_kubeconfig(self.workdir / f"{filename}.kubeconfig", pair)
 
     def write_kubeconfig(self, path: Path, pair: Pair, namespace: str = "default") -> Path:
@@ -153,7 +155,7 @@ class ControlPlane:
 
     @property
     def _admin_pair(self) -> Pair:
-        return Pair(self.certs / "admin.crt", self.certs / "admin.key")
+        return Pair(self.certs / CLIENTS / "admin.crt", self.certs / CLIENTS / "admin.key")
 
     def api(self) -> client.ApiClient:
         """An official client as the admin."""
@@ -199,8 +201,11 @@ class ControlPlane:
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
             # No kubelet mounts tokens here; without the controller-manager no namespace
-            # has a default service account for the admission plugin to require.
-            "--disable-admission-plugins=ServiceAccount",
+            # has a default service account for the admission plugin to require. And a new
+            # node is tainted not-ready until the node-lifecycle controller lifts it, which
+            # does not run here (it would taint kwok's nodes between heartbeats): the taint
+            # would stay, and no pod would be scheduled on a fake node.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             f"--service-account-issuer={self.url}",
             f"--service-account-key-file={self.service_accounts.cert}",
             f"--service-account-signing-key-file={self.service_accounts.key}",
