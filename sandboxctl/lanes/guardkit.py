@@ -325,9 +325,7 @@ class LocalGuardKit:
         """Karpenter's CRDs, through the API (a control plane that has them keeps its own)."""
         extensions = client.ApiextensionsV1Api(self.api)
         if not any(KARPENTER_CRDS.glob("*.yaml")):
-            raise LaneError(
-                f"Karpenter's CRDs are not in {KARPENTER_CRDS}: run `make kube-tools`"
-            )
+            raise LaneError(f"Karpenter's CRDs are not in {KARPENTER_CRDS}: run `make kube-tools`")
         for path in sorted(KARPENTER_CRDS.glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if not isinstance(document, dict) or document.get("kind") != CRD:
