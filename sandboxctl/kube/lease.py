@@ -37,6 +37,13 @@ REQUEST_TIMEOUT = 5.0
 
 
 @dataclass
+class _Term:
+    """One term as leader: when it last renewed (monotonic seconds)."""
+
+    renewed: float
+
+
+@dataclass
 class ElectionStats:
     acquired: int = 0
     lost: int = 0
@@ -76,7 +83,6 @@ class LeaderElector:
         self._rejoin = rejoin_after
         self._clock = clock or SystemClock()
         self._leading = threading.Event()
-        self._renewed = 0.0  # when this leader last renewed, on its monotonic clock
         self._observed: tuple[str, str, int] | None = None  # (holder, renewTime, transitions)
         self._observed_at = 0.0
         self.stats = ElectionStats()
@@ -104,18 +110,27 @@ class LeaderElector:
         self.stats.acquired += 1
         self._leading.set()
         log.info("lease %s/%s: %s is the leader", self.namespace, self.name, self.identity)
-        self._renewed = self._clock.monotonic()
-        leading = Stop()  # set by a stop, or by a renewal that missed its deadline
+        term = _Term(self._clock.monotonic())
+        leading = Stop()  # set by a stop, or once renewals miss the deadline
         stop.on_set(leading.set)
         try:
             self._on_started()
+            # Renewals run on a thread of their own: a renewal may hang (etcd away, kube-
+            # apiserver answering nothing: the client waits out its timeout and retries), and
+            # the deadline must still end this term on time, as client-go's context does.
             renew = Loop(
                 f"lease {self.namespace}/{self.name} renewal",
-                lambda: self._renew(leading),
+                lambda: self._renew(term, leading),
                 self._retry,
                 immediately=False,
             )
-            renew.run(leading)
+            threading.Thread(
+                target=renew.run, args=(leading,), name=renew.name, daemon=True
+            ).start()
+            while not leading.wait(self._retry.total_seconds()):
+                if self._clock.monotonic() - term.renewed > self._deadline.total_seconds():
+                    self._lost()
+                    leading.set()
         finally:
             self._leading.clear()
             try:
@@ -125,30 +140,29 @@ class LeaderElector:
             if stop.is_set():
                 self._release()
 
-    def _renew(self, leading: Stop) -> None:
-        """One renewal; any failure (not only a KubeError) is a missed renewal, and past
-        the renew deadline without one this process stops leading."""
+    def _renew(self, term: _Term, leading: Stop) -> None:
+        """One renewal; any failure (not only a KubeError) is a missed renewal. A renewal
+        that ends after its term did counts for nothing."""
         try:
             renewed = self._try()
         except Exception:
             log.exception("lease %s/%s: renewal failed", self.namespace, self.name)
             renewed = False
-        if renewed:
-            self._renewed = self._clock.monotonic()
+        if renewed and not leading.is_set():
+            term.renewed = self._clock.monotonic()
             self.stats.renewals += 1
-            return
-        if self._clock.monotonic() - self._renewed > self._deadline.total_seconds():
-            self.stats.lost += 1
-            log.warning(
-                "lease %s/%s: %s could not renew within %ss; it stops leading and "
-                "campaigns again in %ss",
-                self.namespace,
-                self.name,
-                self.identity,
-                self._deadline.total_seconds(),
-                self._rejoin.total_seconds(),
-            )
-            leading.set()
+
+    def _lost(self) -> None:
+        self.stats.lost += 1
+        log.warning(
+            "lease %s/%s: %s could not renew within %ss; it stops leading and "
+            "campaigns again in %ss",
+            self.namespace,
+            self.name,
+            self.identity,
+            self._deadline.total_seconds(),
+            self._rejoin.total_seconds(),
+        )
 
     # --- one attempt ----------------------------------------------------------------------
 

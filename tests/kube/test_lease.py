@@ -149,3 +149,28 @@ def test_a_leader_whose_renewals_raise_stops_leading(kube: Kube) -> None:
         assert candidate.elector.stats.lost == 1
     finally:
         candidate.managed.stop()
+
+
+def test_a_leader_whose_renewal_hangs_stops_leading_while_it_hangs(kube: Kube) -> None:
+    """A renewal that hangs (etcd away: kube-apiserver answers nothing, and the client
+    waits out its timeout and retries) must not hold the term past the renew deadline: the
+    leader steps down while the call still hangs, not once it returns."""
+    candidate = Candidate(kube.api, "solo")
+    candidate.managed.start()
+    released = threading.Event()
+    try:
+        wait_until(lambda: candidate.elector.is_leader, what="solo to lead")
+
+        def hanging(*args: object, **kwargs: object) -> None:
+            released.wait(60)
+            raise RuntimeError("the hang ended")
+
+        candidate.elector._api.read_namespaced_lease = hanging  # type: ignore[method-assign,assignment]
+        wait_until(
+            lambda: candidate.log == ["started", "stopped"], timeout=10, what="leading to end"
+        )
+        assert not released.is_set()  # it stepped down during the hang
+        assert candidate.elector.stats.lost == 1
+    finally:
+        released.set()
+        candidate.managed.stop()
