@@ -113,6 +113,7 @@ class LeaderElector:
         term = _Term(self._clock.monotonic())
         leading = Stop()  # set by a stop, or once renewals miss the deadline
         stop.on_set(leading.set)
+        renewer: threading.Thread | None = None
         try:
             self._on_started()
             # Renewals run on a thread of their own: a renewal may hang (etcd away, kube-
@@ -124,20 +125,32 @@ class LeaderElector:
                 self._retry,
                 immediately=False,
             )
-            threading.Thread(
+            renewer = threading.Thread(
                 target=renew.run, args=(leading,), name=renew.name, daemon=True
-            ).start()
-            while not leading.wait(self._retry.total_seconds()):
-                if self._clock.monotonic() - term.renewed > self._deadline.total_seconds():
+            )
+            renewer.start()
+            deadline = self._deadline.total_seconds()
+            while True:
+                left = term.renewed + deadline - self._clock.monotonic()
+                if left < 0:
                     self._lost()
                     leading.set()
+                    break
+                # Wake at the deadline, not a retry period after it.
+                if leading.wait(min(self._retry.total_seconds(), left + 0.001)):
+                    break
         finally:
             self._leading.clear()
             try:
                 self._on_stopped()
             except Exception:
                 log.exception("lease %s/%s: on_stopped failed", self.namespace, self.name)
-            if stop.is_set():
+            # A renewal still in flight could write the lease back after the release, and
+            # this process would hold it for a whole duration: release only once it ended
+            # (else the lease runs out on its own).
+            if renewer is not None:
+                renewer.join(REQUEST_TIMEOUT)
+            if stop.is_set() and (renewer is None or not renewer.is_alive()):
                 self._release()
 
     def _renew(self, term: _Term, leading: Stop) -> None:

@@ -18,10 +18,12 @@ from tests.sandboxd.servers import wait_until
 from tests.testing.kubeapi.double import Kube
 from tests.testing.realkube import RealKube
 
+# Compressed, yet with room for a renewal (a read and an etcd-backed write) on a busy
+# 2-core machine: a renewal slower than the deadline would end a term no test ended.
 FAST = {
-    "lease_duration": timedelta(seconds=1.5),
-    "renew_deadline": timedelta(seconds=1.0),
-    "retry_period": timedelta(seconds=0.2),
+    "lease_duration": timedelta(seconds=3),
+    "renew_deadline": timedelta(seconds=2),
+    "retry_period": timedelta(seconds=0.3),
     "rejoin_after": timedelta(seconds=0.5),
 }
 

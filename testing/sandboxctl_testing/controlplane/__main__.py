@@ -196,8 +196,8 @@ def describe(plane: ControlPlane, kubeconfigs: dict[str, str]) -> dict[str, Any]
         "ca": str(plane.ca.cert),
         "admin": {
             "kubeconfig": str(plane.kubeconfig),
-            "cert": str(plane.certs / "admin.crt"),
-            "key": str(plane.certs / "admin.key"),
+            "cert": str(plane.admin_pair.cert),
+            "key": str(plane.admin_pair.key),
         },
         "kubeconfigs": kubeconfigs,
         "versions": versions,

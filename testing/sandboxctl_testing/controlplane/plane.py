@@ -20,7 +20,7 @@ from kubernetes import client
 
 from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl_testing.controlplane.pki import Authority, Pair, service_account_keys
-from sandboxctl_testing.controlplane.tools import Tools
+from sandboxctl_testing.controlplane.tools import MissingTools, Tools
 
 HOST = "127.0.0.1"
 SERVICE_RANGE = "10.96.0.0/24"
@@ -146,7 +146,7 @@ class ControlPlane:
 
     def http(self, kubeconfig_pair: Pair | None = None) -> httpx.Client:
         """An httpx client to kube-apiserver as the admin (or the pair given)."""
-        pair = kubeconfig_pair or self._admin_pair
+        pair = kubeconfig_pair or self.admin_pair
         return httpx.Client(
             base_url=self.url,
             verify=_context(self.ca.cert, pair),
@@ -154,7 +154,7 @@ class ControlPlane:
         )
 
     @property
-    def _admin_pair(self) -> Pair:
+    def admin_pair(self) -> Pair:
         return Pair(self.certs / CLIENTS / "admin.crt", self.certs / CLIENTS / "admin.key")
 
     def api(self) -> client.ApiClient:
@@ -162,8 +162,8 @@ class ControlPlane:
         configuration = client.Configuration()
         configuration.host = self.url
         configuration.ssl_ca_cert = str(self.ca.cert)
-        configuration.cert_file = str(self._admin_pair.cert)
-        configuration.key_file = str(self._admin_pair.key)
+        configuration.cert_file = str(self.admin_pair.cert)
+        configuration.key_file = str(self.admin_pair.key)
         return client.ApiClient(configuration)
 
     # --- the parts ---------------------------------------------------------------------------
@@ -343,8 +343,11 @@ class ControlPlane:
         """Apply (server-side) every CustomResourceDefinition in ``directory``'s YAML files
         and wait until each is Established; their names."""
         names = []
+        paths = sorted(directory.glob("*.yaml"))
+        if not paths:  # an empty plane would fail later, far from the cause
+            raise MissingTools(f"no CRDs in {directory}: `make kube-tools` copies Karpenter's")
         with self.http() as http:
-            for path in sorted(directory.glob("*.yaml")):
+            for path in paths:
                 for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                     if isinstance(document, dict) and document.get("kind") == CRD_KIND:
                         name = document["metadata"]["name"]

@@ -351,18 +351,9 @@ def kube_fleet(uid_base: int, kube: RealKube) -> Iterator[KubeFleet]:
     workdir.chmod(0o711)
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, workdir, ignore_errors=True)
-        stack.callback(_plane_back, kube.plane)
         fleet = KubeFleet(workdir, kube.plane, grant_manifest_rights(kube.plane), uid_base=uid_base)
         stack.callback(_stop_all, fleet)
         yield fleet
-
-
-def _plane_back(plane: ControlPlane) -> None:
-    """Start etcd and kube-apiserver again if a failed test left them stopped."""
-    if not plane.etcd.running:
-        plane.start_etcd()
-    if not plane.apiserver.running:
-        plane.start_apiserver()
 
 
 def _stop_all(fleet: KubeFleet) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -69,6 +70,11 @@ def test_the_plane_as_a_process_serves_applies_stops_and_starts(tmp_path: Path) 
             httpx.get(facts["url"] + "/readyz", verify=False, timeout=5)
         assert httpx.post(f"{control}/kube-apiserver/start", timeout=90).status_code == 200
         assert httpx.post(f"{control}/etcd/start", timeout=90).status_code == 200  # up: a no-op
+        # The admin's certificate files plane.json names are the ones kube-apiserver takes.
+        context = ssl.create_default_context(cafile=facts["ca"])
+        context.load_cert_chain(facts["admin"]["cert"], facts["admin"]["key"])
+        with httpx.Client(verify=context, timeout=10) as http:
+            assert http.get(facts["url"] + "/readyz").status_code == 200
         admin = client.CustomObjectsApi(config.new_client_from_config(facts["admin"]["kubeconfig"]))
         assert [o["metadata"]["name"] for o in admin.list_cluster_custom_object(*NI)["items"]] == [
             "n1"
