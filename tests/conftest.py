@@ -82,6 +82,8 @@ FIXTURE_NEEDS: dict[str, frozenset[str]] = {
     "tests.conftest:uid_base": frozenset({"root"}),
     "tests.guard.conftest:kube": frozenset({"services"}),  # the API double on loopback
     "tests.testing.realkube:control_plane": frozenset({"services"}),
+    "tests.testing.realkube:uncached_kube": frozenset({"services"}),
+    "tests.guard.test_karpenter:karpenter_plane": frozenset({"services"}),
 }
 
 

@@ -48,7 +48,6 @@ def progress() -> ConsoleProgress:
     return ConsoleProgress(Console(stderr=True, no_color=True))
 
 
-@pytest.mark.services  # its own control plane and karpenter-kwok (a fixture of this module)
 def test_karpenter_lanes_hold_busy_nodes_and_bound_the_hold(
     karpenter_plane: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
