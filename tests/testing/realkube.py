@@ -3,8 +3,9 @@ own when its first test asks), shared by the tests that can share one, and put b
 was after each of them (``RealKube.reset``): what a test made is deleted, what the plane
 started with stays.
 
-The plane runs etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok with
-one fake node, and has the project's CRDs and Karpenter's Established. Namespaces a test
+The plane runs etcd, kube-apiserver, kube-scheduler and kwok with one fake node (no
+kube-controller-manager: no test needs its controllers, and a Deployment's pods would only
+be churn), and has the project's CRDs and Karpenter's Established. Namespaces a test
 makes stay (their deletion is the namespace controller's slow work); a test makes its
 namespaces idempotently."""
 
@@ -168,7 +169,6 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         tmp_path_factory.mktemp("control-plane"),
         crds=[CRDS, KARPENTER_CRDS],
         scheduler=True,
-        controller_manager=True,
         kwok=True,
     )
     with plane:

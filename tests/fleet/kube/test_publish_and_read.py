@@ -97,6 +97,9 @@ def test_publish_unstamped_and_an_unreadable_agent(kube_fleet: KubeFleet) -> Non
     assert {"on-node-a", "on-old"} <= kube_fleet.listed(kube_url)  # judged at the same reads
 
 
+DELIVERY = 1.0  # seconds
+
+
 def test_a_killed_publishers_node_leaves_every_reader_within_the_window(
     kube_fleet: KubeFleet,
 ) -> None:
@@ -137,7 +140,9 @@ def test_a_killed_publishers_node_leaves_every_reader_within_the_window(
     for what, when in times.items():
         tick = TICK if what.startswith("extrapolate") else INTERVAL
         upper = STALE_AFTER + tick + PRECISION + TICK
-        assert STALE_AFTER - PRECISION < when - last_publish <= upper + 0.5, (
+        # Slack for delivery: every publish reaches the readers through kube-apiserver's
+        # watch, which on a busy 2-core machine takes up to several hundred ms.
+        assert STALE_AFTER - PRECISION < when - last_publish <= upper + DELIVERY, (
             what,
             when - last_publish,
         )
