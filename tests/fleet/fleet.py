@@ -19,7 +19,7 @@ from tests.sandboxd.servers import free_port, wait_until
 from tests.sandboxd.templates.cache import seed
 
 READY_TIMEOUT = 90.0
-STOP_TIMEOUT = 30.0
+STOP_TIMEOUT = 60.0  # the agent alone may wait 30 s for a start in flight, then destroys
 UID_SPAN = 20  # the uids one fleet may give its sandboxes
 
 
