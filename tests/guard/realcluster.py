@@ -217,10 +217,11 @@ class RealCluster:
         for made in self.informers:
             if made.name != "test-pods":
                 continue
-            listed = self.core.list_namespaced_pod(NS, label_selector=made._labels)
-            want = {p.metadata.name: p.metadata.resource_version for p in listed.items}
 
-            def caught_up(made: Informer = made, want: dict[str, str] = want) -> bool:
+            def caught_up(made: Informer = made) -> bool:
+                # Listed again each time: kwok or a reconciler may move a pod meanwhile.
+                listed = self.core.list_namespaced_pod(NS, label_selector=made._labels)
+                want = {p.metadata.name: p.metadata.resource_version for p in listed.items}
                 seen = {
                     o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in made.items()
                 }

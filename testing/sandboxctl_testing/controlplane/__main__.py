@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import yaml
 
-from sandboxctl_testing.controlplane.plane import READY_TIMEOUT, ControlPlane
+from sandboxctl_testing.controlplane.plane import READY_TIMEOUT, ControlPlane, server_side_apply
 from sandboxctl_testing.controlplane.tools import MissingTools, Tools
 
 PLANE_FILE = "plane.json"
@@ -178,14 +178,7 @@ def apply_manifest(plane: ControlPlane, path: Path, namespace: str) -> None:
                 owner = document["metadata"]["namespace"]
                 group, _, plural = prefix.rpartition("/")
                 prefix = f"{group}/namespaces/{owner}/{plural}"
-            answer = http.patch(
-                f"{prefix}/{name}",
-                params={"fieldManager": MANAGER, "force": "true"},
-                content=json.dumps(document),
-                headers={"Content-Type": "application/apply-patch+yaml"},
-            )
-            if answer.status_code >= 300:
-                raise ValueError(f"{path}: {kind} {name}: {answer.status_code} {answer.text[:300]}")
+            server_side_apply(http, f"{prefix}/{name}", document, MANAGER)
 
 
 def describe(plane: ControlPlane, kubeconfigs: dict[str, str]) -> dict[str, Any]:

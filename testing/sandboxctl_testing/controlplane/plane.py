@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import signal
 import ssl
 import time
@@ -104,7 +105,9 @@ class ControlPlane:
     ) -> Path:
         """A kubeconfig whose client certificate names ``user`` in ``groups``. (Client
         certificates live apart from the plane's own, so no user's name can replace one.)"""
-        filename = name or f"user-{user.replace(':', '-')}"
+        # Every character but letters, digits, '.', '_' and '-' spelt out, so that two users
+        # never share a file (system:a and system-a would, with ':' read as '-').
+        filename = name or "user-" + re.sub(r"[^\w.-]", lambda c: f"%{ord(c[0]):02x}", user)
         pair = self.ca.issue(f"{CLIENTS}/{filename}", user, organizations=groups)
         return self.write_kubeconfig(self.workdir / f"{filename}.kubeconfig", pair)
 
@@ -351,7 +354,7 @@ class ControlPlane:
                 for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                     if isinstance(document, dict) and document.get("kind") == CRD_KIND:
                         name = document["metadata"]["name"]
-                        _apply(http, f"{CRDS_PATH}/{name}", document)
+                        server_side_apply(http, f"{CRDS_PATH}/{name}", document)
                         names.append(name)
             for name in names:
                 established = partial(_has_condition, http, f"{CRDS_PATH}/{name}", "Established")
@@ -370,7 +373,7 @@ class ControlPlane:
             },
         }
         with self.http() as http:
-            _apply(http, f"/api/v1/nodes/{name}", body)
+            server_side_apply(http, f"/api/v1/nodes/{name}", body)
             ready = partial(_has_condition, http, f"/api/v1/nodes/{name}", "Ready")
             _wait(ready, READY_TIMEOUT, f"kwok to make node {name} Ready")
 
@@ -397,10 +400,13 @@ class ControlPlane:
         return "\n".join(f"{p.name}: {p.tail()}" for p in [self.etcd, self.apiserver, *self.extras])
 
 
-def _apply(http: httpx.Client, path: str, document: dict[str, Any]) -> None:
+def server_side_apply(
+    http: httpx.Client, path: str, document: dict[str, Any], manager: str = MANAGER
+) -> None:
+    """Apply ``document`` at ``path`` (forced: the plane's own writes win), or one line."""
     answer = http.patch(
         path,
-        params={"fieldManager": MANAGER, "force": "true"},
+        params={"fieldManager": manager, "force": "true"},
         content=json.dumps(document),
         headers={"Content-Type": "application/apply-patch+yaml"},
     )
