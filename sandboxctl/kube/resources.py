@@ -36,6 +36,15 @@ class Listed:
     resource_version: str
 
 
+def has_condition(obj: dict[str, Any], kind: str) -> bool:
+    """Whether ``obj``'s status condition ``kind`` is True (a null or absent list: no)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(
+        isinstance(c, dict) and c.get("type") == kind and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def watch_lines(segments: Iterable[bytes]) -> Iterator[bytes]:
     """The lines of a watch response's body as its segments arrive. Only the bytes that
     came since the last line are searched (the client's ``iter_resp_lines`` searches its

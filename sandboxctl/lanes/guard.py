@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from sandboxctl.core.errors import SandboxctlError
 from sandboxctl.core.timestamps import parse_rfc3339
 from sandboxctl.guard.pods import ANNOTATION, DISRUPTED_TAINT
+from sandboxctl.kube.resources import has_condition
 from sandboxctl.lanes.guardkit import (
     OWNER_LABEL,
     TERMINATION_DEADLINE,
@@ -36,7 +37,6 @@ from sandboxctl.lanes.guardkit import (
     KarpenterWindows,
     LocalGuardKit,
     audit_document,
-    condition,
 )
 from sandboxctl.lanes.kit import Kit
 from sandboxctl.lanes.model import LOCAL, Lane, LaneError, Progress, Verdict
@@ -474,7 +474,7 @@ class _Untouched:
             self.touched = "its NodeClaim is being deleted"
         elif DISRUPTED_TAINT in taints:
             self.touched = f"it is tainted {DISRUPTED_TAINT}"
-        elif self.drifted_at is None and condition(claim, "Drifted"):
+        elif self.drifted_at is None and has_condition(claim, "Drifted"):
             self.drifted_at = time.monotonic()
 
     def drifted(self) -> float | None:
@@ -605,7 +605,7 @@ def audit_reads_karpenter(
     )  # fmt: skip
     claims = kit.nodeclaims(DRIFT_POOL)
     nodes = kit.pool_nodes(DRIFT_POOL)
-    drifted = sorted(c["metadata"]["name"] for c in claims if condition(c, "Drifted"))
+    drifted = sorted(c["metadata"]["name"] for c in claims if has_condition(c, "Drifted"))
     document = audit_document(completed) or {}
     pools = [p for p in document.get("nodePools") or [] if p.get("name") == DRIFT_POOL]
     read = pools[0] if pools else {}

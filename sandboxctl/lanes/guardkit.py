@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from sandboxctl.guard.adopt import Adopted, adopt
 from sandboxctl.guard.pods import ANNOTATION, NODEPOOL_LABEL
 from sandboxctl.kube import NODEPOOLS, KubeNotFound, Pods, api_client
-from sandboxctl.kube.resources import MERGE_PATCH
+from sandboxctl.kube.resources import MERGE_PATCH, has_condition
 from sandboxctl.lanes.model import LaneError
 from sandboxctl.lanes.observe import samples
 from sandboxctl.lanes.processes import Process, first_error, free_port
@@ -516,7 +516,7 @@ class LocalGuardKit:
         return sorted(
             claim["status"]["nodeName"]
             for claim in self.nodeclaims(nodepool)
-            if condition(claim, "Initialized") and (claim.get("status") or {}).get("nodeName")
+            if has_condition(claim, "Initialized") and (claim.get("status") or {}).get("nodeName")
         )
 
     def node_taints(self, node: str) -> list[str] | None:
@@ -650,12 +650,6 @@ class LocalGuardKit:
         except ApiException as error:
             if error.status != 404:
                 raise
-
-
-def condition(obj: dict[str, Any], kind: str) -> bool:
-    """Whether ``obj``'s status condition ``kind`` is True."""
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
 def audit_document(completed: Completed) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ import httpx
 import yaml
 from kubernetes import client
 
+from sandboxctl.kube.resources import has_condition
 from sandboxctl.lanes.processes import Process, first_error, free_port
 from sandboxctl_testing.controlplane.pki import Authority, Pair, service_account_keys
 from sandboxctl_testing.controlplane.tools import MissingTools, Tools
@@ -418,8 +419,7 @@ def _has_condition(http: httpx.Client, path: str, kind: str) -> bool:
     answer = http.get(path)
     if answer.status_code != 200:
         return False
-    conditions = (answer.json().get("status") or {}).get("conditions") or []  # null at first
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+    return has_condition(answer.json(), kind)
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
