@@ -112,29 +112,8 @@ class Cluster:
         else:
             self.store.patch(nodes, "", name, "application/merge-patch+json", body, manager=MANAGER)
 
-    def nodepool(
-        self,
-        name: str,
-        *,
-        grace: str | None = "1h",
-        expire: str | None = "720h",
-        policy: str = "WhenEmpty",
-        budgets: list[dict[str, Any]] | None = None,
-    ) -> None:
-        # Karpenter's schema requires a node class, the requirements list, and
-        # consolidateAfter once disruption is given (its default fills only an absent one).
-        template: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
-        if grace is not None:
-            template["terminationGracePeriod"] = grace
-        if expire is not None:
-            template["expireAfter"] = expire
-        disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": "0s"}
-        if budgets is not None:
-            disruption["budgets"] = budgets
-        body = {
-            "metadata": {"name": name},
-            "spec": {"template": {"spec": template}, "disruption": disruption},
-        }
+    def nodepool(self, name: str, **options: Any) -> None:
+        body = nodepool_body(name, **options)
         self.store.create(self._type("karpenter.sh", "v1", "nodepools"), "", body, manager=MANAGER)
 
     def claim(
@@ -242,3 +221,30 @@ class Cluster:
 
 def advance(clock: ManualClock, seconds: float) -> None:
     clock.advance(timedelta(seconds=seconds))
+
+
+def nodepool_body(
+    name: str,
+    *,
+    grace: str | None = "1h",
+    expire: str | None = "720h",
+    policy: str = "WhenEmpty",
+    budgets: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A NodePool as the guard's tests make one (on the double and the real plane alike).
+    Karpenter's schema requires a node class, the requirements list, and consolidateAfter
+    once disruption is given (its default fills only an absent one)."""
+    template: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
+    if grace is not None:
+        template["terminationGracePeriod"] = grace
+    if expire is not None:
+        template["expireAfter"] = expire
+    disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": "0s"}
+    if budgets is not None:
+        disruption["budgets"] = budgets
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": template}, "disruption": disruption},
+    }

@@ -22,7 +22,7 @@ from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, KubeNotFound, Pods
 from sandboxctl.kube.resources import MERGE_PATCH
 from sandboxctl.lanes.guardkit import KWOK_NODECLASS, NODECLAIMS_API
-from tests.guard.cluster import NS, SELECTOR, T0, StaticSource, settings
+from tests.guard.cluster import NS, SELECTOR, T0, StaticSource, nodepool_body, settings
 from tests.sandboxd.servers import wait_until
 from tests.testing.realkube import RealKube
 
@@ -106,31 +106,8 @@ class RealCluster:
             time.sleep(0.05)
         return found
 
-    def nodepool(
-        self,
-        name: str,
-        *,
-        grace: str | None = "1h",
-        expire: str | None = "720h",
-        policy: str = "WhenEmpty",
-        budgets: list[dict[str, Any]] | None = None,
-    ) -> None:
-        template: dict[str, Any] = {"nodeClassRef": KWOK_NODECLASS, "requirements": []}
-        if grace is not None:
-            template["terminationGracePeriod"] = grace
-        if expire is not None:
-            template["expireAfter"] = expire
-        # Required once disruption is given: the schema's default fills only an absent one.
-        disruption: dict[str, Any] = {"consolidationPolicy": policy, "consolidateAfter": "0s"}
-        if budgets is not None:
-            disruption["budgets"] = budgets
-        body = {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": name},
-            "spec": {"template": {"spec": template}, "disruption": disruption},
-        }
-        self.custom.create_cluster_custom_object(*NODEPOOLS_API, body)
+    def nodepool(self, name: str, **options: Any) -> None:
+        self.custom.create_cluster_custom_object(*NODEPOOLS_API, nodepool_body(name, **options))
 
     def claim(
         self, name: str, nodepool: str, *, grace: str | None, node: str = "", drifted: bool = False

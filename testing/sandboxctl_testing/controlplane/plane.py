@@ -248,8 +248,11 @@ class ControlPlane:
         except httpx.HTTPError:
             return False
 
-    def _scheduler(self) -> Process:
-        kubeconfig = self._component_kubeconfig("system:kube-scheduler")
+    def _component(self, program: str, user: str, extra: list[str]) -> Process:
+        """kube-scheduler or kube-controller-manager: the plane's own client certificate
+        for the API and for delegated authentication, no leader election, HTTPS on a free
+        loopback port whose /healthz says ready."""
+        kubeconfig = self._component_kubeconfig(user)
         port = free_port()
         args = [
             f"--kubeconfig={kubeconfig}",
@@ -258,27 +261,27 @@ class ControlPlane:
             "--leader-elect=false",
             f"--bind-address={HOST}",
             f"--secure-port={port}",
+            *extra,
         ]
-        return self._part("kube-scheduler", args, lambda: self._secure_health(port))
+        return self._part(program, args, lambda: self._secure_health(port))
+
+    def _scheduler(self) -> Process:
+        return self._component("kube-scheduler", "system:kube-scheduler", [])
 
     def _controller_manager(self) -> Process:
-        kubeconfig = self._component_kubeconfig("system:kube-controller-manager")
-        port = free_port()
-        args = [
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            f"--bind-address={HOST}",
-            f"--secure-port={port}",
-            f"--service-account-private-key-file={self.service_accounts.key}",
-            f"--root-ca-file={self.ca.cert}",
-            "--use-service-account-credentials=false",
-            f"--cluster-signing-cert-file={self.ca.cert}",
-            # The node-lifecycle controller would taint kwok's nodes between heartbeats.
-            "--controllers=*,-nodelifecycle,-cloud-node-lifecycle,-nodeipam,-route,-service",
-        ]
-        return self._part("kube-controller-manager", args, lambda: self._secure_health(port))
+        return self._component(
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            [
+                f"--service-account-private-key-file={self.service_accounts.key}",
+                f"--root-ca-file={self.ca.cert}",
+                # Each controller as its own service account, with the roles kube-apiserver
+                # bootstraps for it (system:kube-controller-manager alone may do little).
+                "--use-service-account-credentials=true",
+                # The node-lifecycle controller would taint kwok's nodes between heartbeats.
+                "--controllers=*,-nodelifecycle,-cloud-node-lifecycle,-nodeipam,-route,-service",
+            ],
+        )
 
     def _kwok(self) -> Process:
         port = free_port()

@@ -138,3 +138,34 @@ def test_a_watch_from_before_a_compaction_is_410(uncached_kube: RealKube) -> Non
 def test_missing_tools_say_how_to_get_them(tmp_path: Path) -> None:
     with pytest.raises(MissingTools, match="make kube-tools"):
         ControlPlane(tmp_path, tools=Tools(tmp_path / "empty"))
+
+
+def test_with_the_controller_manager_a_deployment_gets_pods_that_kwok_runs(
+    tmp_path: Path,
+) -> None:
+    plane = ControlPlane(tmp_path, scheduler=True, controller_manager=True, kwok=True)
+    with plane:
+        api = plane.api()
+        apps = client.AppsV1Api(api)
+        labels = {"app": "probe"}
+        apps.create_namespaced_deployment(
+            "default",
+            {
+                "metadata": {"name": "probe"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "c", "image": "none"}]},
+                    },
+                },
+            },
+        )
+        deadline = time.monotonic() + 60
+        while (apps.read_namespaced_deployment("probe", "default").status.ready_replicas or 0) < 2:
+            assert time.monotonic() < deadline, "the deployment's pods never ran"
+            time.sleep(0.1)
+        pods = client.CoreV1Api(api).list_namespaced_pod("default", label_selector="app=probe")
+        assert {p.spec.node_name for p in pods.items} == {"kwok-node-0"}
+        api.close()
