@@ -43,6 +43,7 @@ AUTO = "auto"
 # agents on one host (two serve checkouts) start from different places.
 AUTO_CANDIDATES = tuple(f"10.200.{n}.0/24" for n in range(256))
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+HOSTS_FILE = Path("/etc/hosts")
 RESOLV_CONF = "resolv.conf"  # in the runtime dir: bound over every sandbox's
 
 
@@ -269,8 +270,10 @@ def sandbox_network(key: str, cidr: str, dns: str, runtime_dir: Path) -> Sandbox
 
 def host_routes() -> list[str]:
     """Destinations of the host's routes (every table but the default routes and the
-    sandbox veths') and its addresses: what a sandbox subnet must not overlap."""
-    found: list[str] = []
+    sandbox veths'), its addresses, and the addresses its hosts file names (a package
+    mirror, say, reached by the default route): what a sandbox subnet or a test host's
+    block must not overlap, or it would take that traffic."""
+    found: list[str] = named_addresses()
     routes = _ip_json(["-4", "route", "show", "table", "all"])
     for route in routes:
         dst, dev = str(route.get("dst", "")), str(route.get("dev", ""))
@@ -284,6 +287,26 @@ def host_routes() -> list[str]:
         for info in infos:
             found.append(f"{info['local']}/{info.get('prefixlen', 32)}")
     return [text for text in found if _parses(text)]
+
+
+def named_addresses(hosts_file: Path | None = None) -> list[str]:
+    """The IPv4 addresses (as /32) the hosts file (/etc/hosts) names, loopback left out."""
+    try:
+        lines = (hosts_file or HOSTS_FILE).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        try:
+            address = ipaddress.ip_address(fields[0])
+        except ValueError:
+            continue
+        if address.version == 4 and not address.is_loopback:
+            found.append(f"{address}/32")
+    return found
 
 
 def free_block(net: ipaddress.IPv4Network, new_prefix: int) -> ipaddress.IPv4Network | None:

@@ -6,6 +6,7 @@ no default route) and loopback.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ from sandboxctl.envd.host import Command
 from sandboxctl.sandboxd import entering
 from sandboxctl.sandboxd.agent import Agent
 from sandboxctl.sandboxd.errors import BadRequest
+from sandboxctl.sandboxd.network import sandboxes
 from sandboxctl.sandboxd.network.firewall import GUEST_MARK, table_name
 from sandboxctl.sandboxd.network.links import host_end
 from sandboxctl.sandboxd.state import SandboxRecord
@@ -352,3 +354,18 @@ def test_a_sandbox_has_at_most_its_share_of_the_hosts_connection_tracking(
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # its group: the command inside too
         holder.communicate()
+
+
+def test_a_block_never_covers_an_address_the_hosts_file_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package mirror named in /etc/hosts and reached by the default route: a test
+    host's block over it would take the mirror's traffic (apt fails: no route to host)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n203.0.113.80  deb.debian.org  # the mirror\nbad\n")
+    assert sandboxes.named_addresses(hosts) == ["203.0.113.80/32"]
+    monkeypatch.setattr(sandboxes, "HOSTS_FILE", hosts)
+    net = ipaddress.IPv4Network("203.0.113.64/27")  # two /28: .64 and .80
+    for pid in (0, 1):  # the search starts at the pid's offset: from either block
+        monkeypatch.setattr(sandboxes.os, "getpid", lambda pid=pid: pid)
+        assert sandboxes.free_block(net, 28) == ipaddress.IPv4Network("203.0.113.64/28")
