@@ -191,18 +191,7 @@ class Cluster:
         calls: Any = None,
         **overrides: Any,
     ) -> Reconciler:
-        guard = settings(**overrides)
-        made = Reconciler(
-            guard,
-            self.informer("pods", guard.label_selector),
-            source if source is not None else StaticSource(),
-            calls if calls is not None else Pods(self.kube.api),
-            nodes=self.informer("nodes") if nodes else None,
-            clock=clock or ManualClock(T0),
-            jitter=lambda: 0.0,
-        )
-        self.reconcilers.append(made)
-        return made
+        return new_reconciler(self, source, clock, nodes, calls, overrides)
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until every informer has seen every write made so far (a bookmark or an
@@ -248,3 +237,23 @@ def nodepool_body(
         "metadata": {"name": name},
         "spec": {"template": {"spec": template}, "disruption": disruption},
     }
+
+
+def new_reconciler(
+    cluster: Any, source: Any, clock: Clock | None, nodes: bool, calls: Any,
+    overrides: dict[str, Any],
+) -> Reconciler:  # fmt: skip
+    """A reconciler on ``cluster``'s informers (the double's or the real plane's), with the
+    guard's settings and ``overrides``, closed with the cluster."""
+    guard = settings(**overrides)
+    made = Reconciler(
+        guard,
+        cluster.informer("pods", guard.label_selector),
+        source if source is not None else StaticSource(),
+        calls if calls is not None else Pods(cluster.kube.api),
+        nodes=cluster.informer("nodes") if nodes else None,
+        clock=clock or ManualClock(T0),
+        jitter=lambda: 0.0,
+    )
+    cluster.reconcilers.append(made)
+    return made

@@ -16,13 +16,18 @@ from typing import Any
 
 from kubernetes import client
 
-from sandboxctl.clock import Clock, ManualClock
+from sandboxctl.clock import Clock
 from sandboxctl.guard.pods import DISRUPTED_TAINT, NODEPOOL_LABEL
 from sandboxctl.guard.reconcile import Reconciler
 from sandboxctl.kube import NODES, PODS, CoreObjects, Informer, KubeNotFound, Pods
 from sandboxctl.kube.resources import MERGE_PATCH
 from sandboxctl.lanes.guardkit import KWOK_NODECLASS, NODECLAIMS_API
-from tests.guard.cluster import NS, SELECTOR, T0, StaticSource, nodepool_body, settings
+from tests.guard.cluster import (
+    NS,
+    SELECTOR,
+    new_reconciler,
+    nodepool_body,
+)
 from tests.sandboxd.servers import wait_until
 from tests.testing.realkube import RealKube
 
@@ -172,18 +177,7 @@ class RealCluster:
         self, source: Any = None, *, clock: Clock | None = None, nodes: bool = True,
         calls: Any = None, **overrides: Any,
     ) -> Reconciler:  # fmt: skip
-        guard = settings(**overrides)
-        made = Reconciler(
-            guard,
-            self.informer("pods", guard.label_selector),
-            source if source is not None else StaticSource(),
-            calls if calls is not None else Pods(self.kube.api),
-            nodes=self.informer("nodes") if nodes else None,
-            clock=clock or ManualClock(T0),
-            jitter=lambda: 0.0,
-        )
-        self.reconcilers.append(made)
-        return made
+        return new_reconciler(self, source, clock, nodes, calls, overrides)
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until the pod informers hold every pod as the API server has it now. (The
